@@ -1,0 +1,54 @@
+"""chunkyard's chunking library: pure Python, no Dagster, no DuckDB.
+
+One obvious entry point::
+
+    from chunking import chunk_text
+    chunks = chunk_text("Some long text ...", strategy="recursive", chunk_token_size=200)
+    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)  # verbatim strategies
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from chunking.model import Block, Chunk, Page, ParsedDocument
+from chunking.tokenizers import Tokenizer
+
+__all__ = ["Block", "Chunk", "Page", "ParsedDocument", "chunk_document", "chunk_text", "default_tokenizer"]
+
+
+@lru_cache(maxsize=4)
+def default_tokenizer(encoding_name: str = "cl100k_base") -> Tokenizer:
+    from chunking.tokenizers import TiktokenTokenizer
+
+    return TiktokenTokenizer(encoding_name)
+
+
+def chunk_document(
+    doc: ParsedDocument,
+    strategy: str = "recursive",
+    *,
+    tokenizer: Tokenizer | None = None,
+    embedder: Any = None,
+    **config: Any,
+) -> list[Chunk]:
+    """Chunk a parsed document with a registered strategy; ``config`` are its fields."""
+    from chunking.strategies import get_strategy
+
+    spec = get_strategy(strategy)
+    return spec.chunk(doc, spec.parse_config(config), tokenizer or default_tokenizer(), embedder)
+
+
+def chunk_text(
+    text: str,
+    strategy: str = "recursive",
+    *,
+    tokenizer: Tokenizer | None = None,
+    embedder: Any = None,
+    **config: Any,
+) -> list[Chunk]:
+    """Chunk plain text (one page, no blocks) with a registered strategy."""
+    return chunk_document(
+        ParsedDocument.from_text(text), strategy, tokenizer=tokenizer, embedder=embedder, **config
+    )

@@ -1,0 +1,1 @@
+"""Drop-in entry points for code written against the systems in the seeds."""

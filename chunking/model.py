@@ -1,0 +1,130 @@
+"""The text model every parser produces and every strategy consumes.
+
+Invariants a caller relies on:
+
+* ``ParsedDocument.text`` is the concatenation of ``page.text`` for its pages, and
+  ``text[page.char_offset : page.char_offset + len(page.text)] == page.text``.
+* A block's ``char_start``/``char_end`` (when not ``None``) index into
+  ``ParsedDocument.text``; blocks are in document order and do not overlap.
+* A chunk's ``char_start``/``char_end`` index into ``ParsedDocument.text``.
+  For strategies that emit source text verbatim (``recursive``, ``sentence_window``,
+  ``semantic``) ``chunk.text == doc.text[chunk.char_start:chunk.char_end]``; strategies
+  that rewrite text (normalisation, injected table headers, ``[part n]`` labels) set
+  ``verbatim=False`` and the span is the source region the chunk was derived from.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Page(BaseModel):
+    """One page of parsed text. ``page_num`` is 0-based, as in the Azure splitter."""
+
+    model_config = ConfigDict(frozen=True)
+
+    page_num: int
+    char_offset: int
+    text: str
+
+
+class Block(BaseModel):
+    """One heading-level block, mirroring a ``type == "content"`` line of a
+    LightRAG ``.blocks.jsonl`` sidecar (format 1.0), plus its location in the
+    parsed text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    block_id: str | None = None
+    index: int
+    heading: str = ""
+    level: int = 0
+    parent_headings: list[str] = Field(default_factory=list)
+    content: str
+    session_type: str = "body"
+    positions: list[dict[str, Any]] = Field(default_factory=list)
+    char_start: int | None = None
+    char_end: int | None = None
+
+    @property
+    def heading_path(self) -> list[str]:
+        return [*self.parent_headings, self.heading] if self.heading else list(self.parent_headings)
+
+
+class ParsedDocument(BaseModel):
+    """A document after parsing: pages, heading blocks and tables sidecar."""
+
+    doc_id: str
+    source_name: str = ""
+    format: str = "txt"
+    text: str
+    pages: list[Page]
+    blocks: list[Block] = Field(default_factory=list)
+    # LightRAG ``.tables.json`` "tables" mapping: table id -> entry dict.
+    tables: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    encoding: str | None = None
+    sha256: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_text(cls, text: str, doc_id: str = "doc", **kwargs: Any) -> "ParsedDocument":
+        """A one-page document with no blocks: the shape of plain text input."""
+        return cls(doc_id=doc_id, text=text, pages=[Page(page_num=0, char_offset=0, text=text)], **kwargs)
+
+    def page_at(self, char_index: int) -> int:
+        """Page number containing ``char_index`` (the last page for an index at the end)."""
+        offsets = [p.char_offset for p in self.pages]
+        i = bisect.bisect_right(offsets, char_index) - 1
+        return self.pages[max(i, 0)].page_num if self.pages else 0
+
+
+class Chunk(BaseModel):
+    """One chunk with its provenance. See the module docstring for the span invariant."""
+
+    text: str
+    char_start: int
+    char_end: int
+    token_count: int
+    page_start: int = 0
+    page_end: int = 0
+    heading_path: list[str] = Field(default_factory=list)
+    block_ids: list[str] = Field(default_factory=list)
+    verbatim: bool = True
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def text_sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def attach_provenance(doc: ParsedDocument, chunks: list[Chunk]) -> list[Chunk]:
+    """Fill page span, heading path and source block ids from the chunk's char span.
+
+    Strategies that know better (P, which works on blocks directly) set these
+    themselves; this fills only what is still empty, so it is safe to call always.
+    """
+    located = [b for b in doc.blocks if b.char_start is not None and b.char_end is not None]
+    starts = [b.char_start for b in located]
+    out: list[Chunk] = []
+    for chunk in chunks:
+        update: dict[str, Any] = {}
+        if not chunk.page_start and not chunk.page_end:
+            last = max(chunk.char_end - 1, chunk.char_start)
+            update["page_start"] = doc.page_at(chunk.char_start)
+            update["page_end"] = doc.page_at(last)
+        if located and (not chunk.block_ids or not chunk.heading_path):
+            # Blocks overlapping [char_start, char_end): from the one containing the
+            # start up to the last one starting before the end.
+            lo = max(bisect.bisect_right(starts, chunk.char_start) - 1, 0)
+            hi = bisect.bisect_left(starts, max(chunk.char_end, chunk.char_start + 1))
+            touched = [b for b in located[lo:hi] if b.char_end > chunk.char_start or b.char_start == chunk.char_start]
+            if not chunk.block_ids:
+                update["block_ids"] = [b.block_id for b in touched if b.block_id]
+            if not chunk.heading_path and touched:
+                update["heading_path"] = touched[0].heading_path
+        out.append(chunk.model_copy(update=update) if update else chunk)
+    return out

@@ -1,0 +1,73 @@
+"""The strategy registry: one module per strategy, one config model per strategy.
+
+Each module listed in ``_MODULES`` exposes ``SPEC``, a :class:`StrategySpec`.
+Adding a strategy is adding its module and one line here; the Dagster asset
+factory, the CLI summary and the checks pick it up from the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from chunking.embedding import Embedder
+from chunking.model import Chunk, ParsedDocument
+from chunking.tokenizers import Tokenizer
+
+ChunkFunction = Callable[[ParsedDocument, Any, Tokenizer, "Embedder | None"], list[Chunk]]
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    config_model: type[BaseModel]
+    chunk: ChunkFunction
+    description: str
+    # The strategy uses the embedding model while chunking (semantic breakpoints).
+    needs_embedder: bool = False
+
+    def default_config(self) -> BaseModel:
+        return self.config_model()
+
+    def parse_config(self, values: dict[str, Any] | None) -> BaseModel:
+        return self.config_model.model_validate(values or {})
+
+
+# name -> module path. Order is the order assets and summaries are listed in.
+_MODULES: dict[str, str] = {
+    "recursive": "chunking.strategies.recursive",
+}
+
+
+def strategy_names() -> list[str]:
+    return list(_MODULES)
+
+
+def get_strategy(name: str) -> StrategySpec:
+    try:
+        module_path = _MODULES[name]
+    except KeyError:
+        raise KeyError(f"unknown chunking strategy {name!r}; known: {', '.join(_MODULES)}") from None
+    spec = importlib.import_module(module_path).SPEC
+    assert spec.name == name, f"{module_path}.SPEC is named {spec.name!r}, registered as {name!r}"
+    return spec
+
+
+def all_strategies() -> list[StrategySpec]:
+    return [get_strategy(name) for name in _MODULES]
+
+
+def config_hash(config: BaseModel) -> str:
+    """Stable short hash of a strategy config: the chunk assets' code version."""
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def token_cap(config: BaseModel) -> int | None:
+    """The hard per-chunk token cap a config promises, if it has one."""
+    return getattr(config, "token_cap", None)
