@@ -1,0 +1,185 @@
+"""Asset-check logic as plain functions (unit-testable without Dagster), and the
+one place that turns their outcomes into Dagster check events.
+
+Checks run per partition. In a single-partition run they are ordinary
+``AssetCheckResult``s, so blocking checks gate downstream steps natively. In a
+partition-range run (batched backfills, ``make run``) Dagster can attach an
+``AssetCheckResult`` to one partition only, so each partition's outcome is
+logged as its own ``AssetCheckEvaluation`` and the step's result is the
+summary (failing if any partition failed, naming them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+)
+
+from assets.partitions import documents_partitions
+
+ERROR = AssetCheckSeverity.ERROR
+WARN = AssetCheckSeverity.WARN
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool
+    severity: AssetCheckSeverity = ERROR
+    description: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckDef:
+    name: str
+    description: str
+    blocking: bool = False
+
+
+def check_specs(asset_key: AssetKey, defs: Sequence[CheckDef]) -> list[AssetCheckSpec]:
+    return [
+        AssetCheckSpec(
+            d.name, asset=asset_key, description=d.description, blocking=d.blocking,
+            partitions_def=documents_partitions,
+        )
+        for d in defs
+    ]
+
+
+def emit_check_results(
+    context: AssetExecutionContext,
+    asset_key: AssetKey,
+    defs: Sequence[CheckDef],
+    outcomes_by_partition: dict[str, list[CheckOutcome]],
+) -> Iterator[AssetCheckResult]:
+    """Yield one result per declared check for the step (see the module docstring)."""
+    single = len(context.partition_keys) == 1
+    for d in defs:
+        per_partition = {
+            pk: next((o for o in outcomes if o.name == d.name), None)
+            for pk, outcomes in outcomes_by_partition.items()
+        }
+        evaluated = {pk: o for pk, o in per_partition.items() if o is not None}
+        if single:
+            outcome = next(iter(evaluated.values()), None)
+            if outcome is None:
+                outcome = CheckOutcome(d.name, True, description="nothing to check: no stored data for this partition")
+            yield AssetCheckResult(
+                check_name=d.name, asset_key=asset_key, passed=outcome.passed, severity=outcome.severity,
+                description=outcome.description or None, metadata=outcome.metadata,
+            )
+            continue
+        for pk, outcome in evaluated.items():
+            context.log_event(
+                AssetCheckEvaluation(
+                    asset_key=asset_key, check_name=d.name, passed=outcome.passed, partition=pk,
+                    severity=outcome.severity, description=outcome.description or None,
+                    metadata=outcome.metadata,
+                )
+            )
+        failed = sorted(pk for pk, o in evaluated.items() if not o.passed)
+        severity = ERROR if any(evaluated[pk].severity == ERROR for pk in failed) else WARN
+        yield AssetCheckResult(
+            check_name=d.name, asset_key=asset_key, passed=not failed, severity=severity,
+            description=(f"failed for {len(failed)} of {len(evaluated)} documents: " + ", ".join(failed[:20]))
+            if failed else f"passed for all {len(evaluated)} documents",
+            metadata={"documents_checked": len(evaluated), "documents_failed": len(failed),
+                      "failed_documents": failed[:100]},
+        )
+
+
+# -- chunk checks -------------------------------------------------------------------
+
+
+def check_token_cap(name: str, token_counts: Sequence[int], exempt: Sequence[bool], cap: int | None) -> CheckOutcome:
+    """Every chunk within the strategy's hard cap, except chunks the strategy marks exempt (figures)."""
+    if cap is None:
+        return CheckOutcome(name, True, description="strategy has no hard token cap")
+    over = [i for i, (n, ex) in enumerate(zip(token_counts, exempt)) if n > cap and not ex]
+    return CheckOutcome(
+        name, not over, ERROR,
+        f"{len(over)} chunk(s) exceed the {cap}-token cap" if over else f"all chunks within {cap} tokens",
+        {"cap": cap, "max_tokens": max(token_counts, default=0), "over_cap_chunks": over[:50]},
+    )
+
+
+def check_no_empty_chunks(name: str, texts: Sequence[str]) -> CheckOutcome:
+    empty = [i for i, t in enumerate(texts) if not t.strip()]
+    return CheckOutcome(
+        name, not empty, ERROR,
+        f"{len(empty)} empty chunk(s)" if empty else f"{len(texts)} chunks, none empty",
+        {"empty_chunks": empty[:50]},
+    )
+
+
+_NON_SPACE = re.compile(r"\S")
+
+
+def uncovered_characters(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Runs of ``text`` holding non-whitespace characters that no span covers."""
+    covered = sorted(spans)
+    gaps: list[tuple[int, int]] = []
+    cursor = 0
+    for start, end in covered + [(len(text), len(text))]:
+        if start > cursor and _NON_SPACE.search(text, cursor, start):
+            gaps.append((cursor, start))
+        cursor = max(cursor, end)
+    return gaps
+
+
+def check_coverage(name: str, text: str, spans: Sequence[tuple[int, int]]) -> CheckOutcome:
+    """No text lost: every non-whitespace character of the parsed text lies in some chunk's span."""
+    gaps = uncovered_characters(text, spans)
+    lost = sum(len(_NON_SPACE.findall(text[s:e])) for s, e in gaps)
+    return CheckOutcome(
+        name, not gaps, ERROR,
+        f"{lost} non-whitespace character(s) in {len(gaps)} run(s) are in no chunk" if gaps
+        else "every non-whitespace character is in a chunk",
+        {"lost_characters": lost, "first_gaps": [list(g) for g in gaps[:10]],
+         "first_gap_text": text[gaps[0][0]:gaps[0][1]][:200] if gaps else ""},
+    )
+
+
+# -- embedding checks ---------------------------------------------------------------
+
+
+def check_embeddings(name: str, n_chunks: int, vectors: Sequence[np.ndarray], dimension: int) -> CheckOutcome:
+    """One vector per chunk, of the model's dimension, all finite."""
+    problems = []
+    if len(vectors) != n_chunks:
+        problems.append(f"{len(vectors)} vectors for {n_chunks} chunks")
+    wrong_dim = [i for i, v in enumerate(vectors) if v.shape != (dimension,)]
+    if wrong_dim:
+        problems.append(f"{len(wrong_dim)} vector(s) not of dimension {dimension}")
+    non_finite = [i for i, v in enumerate(vectors) if not np.isfinite(v).all()]
+    if non_finite:
+        problems.append(f"{len(non_finite)} vector(s) with NaN/inf")
+    return CheckOutcome(
+        name, not problems, ERROR, "; ".join(problems) or f"{n_chunks} finite {dimension}-d vectors",
+        {"chunks": n_chunks, "vectors": len(vectors), "dimension": dimension},
+    )
+
+
+def check_model_max_sequence(name: str, model_token_counts: Sequence[int], max_seq_length: int) -> CheckOutcome:
+    """WARN: chunks longer than the model reads are silently truncated when embedded."""
+    over = [i for i, n in enumerate(model_token_counts) if n > max_seq_length]
+    share = len(over) / len(model_token_counts) if model_token_counts else 0.0
+    return CheckOutcome(
+        name, not over, WARN,
+        f"{len(over)} of {len(model_token_counts)} chunk(s) exceed the model's {max_seq_length}-token "
+        "max sequence; only their first part is embedded" if over else "every chunk fits the model's max sequence",
+        {"max_seq_length": max_seq_length, "truncated_chunks": len(over),
+         "truncated_share": round(share, 4), "longest": max(model_token_counts, default=0),
+         "first_truncated": over[:50]},
+    )

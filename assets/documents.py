@@ -1,0 +1,189 @@
+"""raw_documents -> parsed_documents: read the bytes, then parse them into pages,
+blocks and tables (stored in DuckDB, sidecars exported beside the database).
+
+A document that cannot be read or parsed fails alone: in a single-partition run
+its step fails with a message naming the file and the cause; in a batched
+(partition-range) run it is recorded as an error, its check fails for that
+partition, and the other documents of the batch go on. Rows stored by an earlier
+successful parse are kept, never half-replaced.
+"""
+
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Iterator
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AutomationCondition,
+    DataVersion,
+    Failure,
+    MaterializeResult,
+    asset,
+)
+
+from assets.checks import CheckDef, CheckOutcome, check_specs, emit_check_results
+from assets.partitions import documents_backfill_policy, documents_partitions
+from chunking.parsers import DocumentError, parse_document
+from resources.documents import DocumentsFolder, SourceFile
+from resources.store import StoreResource
+
+log = logging.getLogger(__name__)
+
+RAW = AssetKey("raw_documents")
+PARSED = AssetKey("parsed_documents")
+RAW_CHECKS = (CheckDef("readable", "The file exists, is within the size limit and could be read."),)
+PARSED_CHECKS = (CheckDef("parsed", "The document parsed into pages and blocks (else: the cause, naming the file)."),)
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    doc_id: str
+    sha256: str | None
+    size_bytes: int
+    error: str | None
+
+
+def read_source(doc_id: str, sources: dict[str, SourceFile], max_bytes: int) -> ReadOutcome:
+    """Hash one document's bytes, or say precisely why it cannot be read."""
+    source = sources.get(doc_id)
+    if source is None:
+        return ReadOutcome(doc_id, None, 0, f"{doc_id}: the file no longer exists in the documents folder")
+    if source.size_bytes > max_bytes:
+        return ReadOutcome(
+            doc_id, None, source.size_bytes,
+            f"{source.relative_path}: {source.size_bytes} bytes is over the {max_bytes}-byte limit "
+            "(DocumentsFolder.max_bytes)",
+        )
+    try:
+        data = source.path.read_bytes()
+    except OSError as exc:
+        return ReadOutcome(doc_id, None, source.size_bytes, f"{source.relative_path}: cannot be read: {exc.strerror or exc}")
+    return ReadOutcome(doc_id, hashlib.sha256(data).hexdigest(), len(data), None)
+
+
+def _fail_single(context: AssetExecutionContext, errors: dict[str, str]) -> None:
+    # One document in this run: fail its step so Dagster marks the partition failed.
+    if errors and len(context.partition_keys) == 1:
+        raise Failure(description=next(iter(errors.values())), metadata={"document": next(iter(errors))})
+
+
+@asset(
+    partitions_def=documents_partitions,
+    backfill_policy=documents_backfill_policy,
+    pool="duckdb",
+    group_name="documents",
+    check_specs=check_specs(RAW, RAW_CHECKS),
+    description="The bytes of each document in the documents folder; data version = sha256 of the bytes.",
+    kinds={"duckdb"},
+)
+def raw_documents(
+    context: AssetExecutionContext, documents: DocumentsFolder, store: StoreResource
+) -> Iterator[object]:
+    sources = documents.scan()
+    chunk_store = store.store()
+    outcomes: dict[str, list[CheckOutcome]] = {}
+    errors: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    for doc_id in context.partition_keys:
+        read = read_source(doc_id, sources, documents.max_bytes)
+        if read.error:
+            errors[doc_id] = read.error
+            context.log.error(read.error)
+            outcomes[doc_id] = [CheckOutcome("readable", False, description=read.error)]
+            continue
+        chunk_store.record_read(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256, read.size_bytes)
+        hashes[doc_id] = read.sha256
+        outcomes[doc_id] = [CheckOutcome("readable", True, metadata={"sha256": read.sha256, "bytes": read.size_bytes})]
+    _fail_single(context, errors)
+    single_sha = next(iter(hashes.values())) if len(context.partition_keys) == 1 and hashes else None
+    yield MaterializeResult(
+        asset_key=RAW,
+        metadata={"documents": len(hashes), "failed": len(errors), "dagster/row_count": len(hashes),
+                  **({"sha256": single_sha} if single_sha else {})},
+        data_version=DataVersion(single_sha) if single_sha else None,
+    )
+    yield from emit_check_results(context, RAW, RAW_CHECKS, outcomes)
+
+
+@asset(
+    partitions_def=documents_partitions,
+    backfill_policy=documents_backfill_policy,
+    pool="duckdb",
+    group_name="documents",
+    deps=[raw_documents],
+    check_specs=check_specs(PARSED, PARSED_CHECKS),
+    automation_condition=AutomationCondition.eager(),
+    description="Pages (page number, char offset, text), heading blocks and tables of each document; "
+    "LightRAG .blocks.jsonl/.tables.json sidecars are exported beside the database.",
+    kinds={"duckdb"},
+)
+def parsed_documents(
+    context: AssetExecutionContext, documents: DocumentsFolder, store: StoreResource
+) -> Iterator[object]:
+    sources = documents.scan()
+    chunk_store = store.store()
+    sidecar_dir = store.sidecar_path()
+    outcomes: dict[str, list[CheckOutcome]] = {}
+    errors: dict[str, str] = {}
+    totals = {"pages": 0, "blocks": 0, "tables": 0, "chars": 0}
+    for doc_id in context.partition_keys:
+        source = sources.get(doc_id)
+        error = None
+        if source is None:
+            error = f"{doc_id}: the file no longer exists in the documents folder"
+        else:
+            try:
+                doc = parse_document(source.path, doc_id, max_bytes=documents.max_bytes)
+            except DocumentError as exc:
+                error = str(exc)
+            except Exception as exc:  # a parser bug must fail this document only
+                log.exception("parser crashed on %s", source.relative_path)
+                error = f"{source.relative_path}: internal parser error ({type(exc).__name__}: {exc})"
+        if error is not None:
+            errors[doc_id] = error
+            context.log.error(error)
+            if source is not None:
+                chunk_store.record_error(doc_id, documents.root_path, source.relative_path, _sha_or_empty(source), source.size_bytes, error)
+            outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
+            continue
+        chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
+        _export_sidecars(doc, sidecar_dir, context)
+        totals["pages"] += len(doc.pages)
+        totals["blocks"] += len(doc.blocks)
+        totals["tables"] += len(doc.tables)
+        totals["chars"] += len(doc.text)
+        outcomes[doc_id] = [
+            CheckOutcome(
+                "parsed", True,
+                metadata={"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
+                          "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text)},
+            )
+        ]
+    _fail_single(context, errors)
+    yield MaterializeResult(
+        asset_key=PARSED,
+        metadata={"documents": len(outcomes) - len(errors), "failed": len(errors), **totals,
+                  "dagster/row_count": totals["pages"]},
+    )
+    yield from emit_check_results(context, PARSED, PARSED_CHECKS, outcomes)
+
+
+def _sha_or_empty(source: SourceFile) -> str:
+    try:
+        return hashlib.sha256(source.path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _export_sidecars(doc, directory, context: AssetExecutionContext) -> None:
+    """Write LightRAG-format sidecars so other tools can read our parse."""
+    from chunking.sidecar import write_sidecars
+
+    try:
+        write_sidecars(doc, directory)
+    except OSError as exc:
+        # The database holds the parse; a failed export must not lose it.
+        context.log.warning(f"could not write sidecars for {doc.doc_id} to {directory}: {exc}")

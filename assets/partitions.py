@@ -1,0 +1,11 @@
+"""Partitions shared by every document asset."""
+
+from dagster import BackfillPolicy, DynamicPartitionsDefinition
+
+DOCUMENTS_PARTITIONS_NAME = "documents"
+documents_partitions = DynamicPartitionsDefinition(name=DOCUMENTS_PARTITIONS_NAME)
+
+# A run costs seconds of overhead: a backfill of many documents runs in ranges of
+# this many partitions, and every document asset loops over context.partition_keys.
+DOCUMENTS_PER_RUN = 25
+documents_backfill_policy = BackfillPolicy.multi_run(max_partitions_per_run=DOCUMENTS_PER_RUN)

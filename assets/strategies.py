@@ -1,0 +1,199 @@
+"""One factory, driven by the strategy registry: a ``chunks_<strategy>`` and an
+``embeddings_<strategy>`` asset per strategy, each partitioned by document.
+
+Each strategy is its own lineage branch with its own checks, metadata and code
+version (the hash of its config, so a config change marks its chunks stale). All
+of them write the shared ``chunks`` / ``embeddings`` tables, keyed by strategy.
+"""
+
+
+import logging
+from typing import Iterator
+
+import numpy as np
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AutomationCondition,
+    Failure,
+    MaterializeResult,
+    asset,
+)
+from pydantic import BaseModel
+
+from assets.checks import (
+    CheckDef,
+    CheckOutcome,
+    check_coverage,
+    check_embeddings,
+    check_model_max_sequence,
+    check_no_empty_chunks,
+    check_specs,
+    check_token_cap,
+    emit_check_results,
+)
+from assets.documents import parsed_documents
+from assets.partitions import documents_backfill_policy, documents_partitions
+from chunking.model import Chunk
+from chunking.strategies import StrategySpec, config_hash, token_cap
+from resources.embedding import EmbeddingModelResource
+from resources.store import StoreResource
+from resources.tokenizer import TokenizerResource
+
+log = logging.getLogger(__name__)
+
+CHUNK_CHECKS = (
+    CheckDef("token_cap", "Every chunk is within the strategy's hard token cap (figure chunks exempt).", blocking=True),
+    CheckDef("no_empty_chunks", "No chunk is empty or whitespace only."),
+    CheckDef("coverage", "No text lost: every non-whitespace character of the parsed text is in some chunk's span."),
+)
+EMBEDDING_CHECKS = (
+    CheckDef("embeddings_complete", "One finite vector of the model's dimension per chunk."),
+    CheckDef("within_model_max_sequence", "WARN when a chunk is longer than the model's max sequence (truncated)."),
+)
+
+
+def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None) -> list[CheckOutcome]:
+    return [
+        check_token_cap("token_cap", [c.token_count for c in chunks],
+                        [bool(c.metadata.get("cap_exempt")) for c in chunks], cap),
+        check_no_empty_chunks("no_empty_chunks", [c.text for c in chunks]),
+        check_coverage("coverage", text, [(c.char_start, c.char_end) for c in chunks]),
+    ]
+
+
+def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model_id: str) -> list[AssetsDefinition]:
+    """The two assets of one strategy, configured with ``config``."""
+    chunks_key = AssetKey(f"chunks_{spec.name}")
+    embeddings_key = AssetKey(f"embeddings_{spec.name}")
+    cfg_hash = config_hash(config)
+    cap = token_cap(config)
+    strategy_name = spec.name
+
+    @asset(
+        name=chunks_key.path[-1],
+        partitions_def=documents_partitions,
+        backfill_policy=documents_backfill_policy,
+        pool="duckdb",
+        group_name="chunks",
+        deps=[parsed_documents],
+        code_version=cfg_hash,
+        check_specs=check_specs(chunks_key, CHUNK_CHECKS),
+        automation_condition=AutomationCondition.eager(),
+        description=f"Chunks of each document by the `{spec.name}` strategy: {spec.description}",
+        metadata={"strategy": spec.name, "config": config.model_dump(mode="json"), "config_hash": cfg_hash,
+                  "token_cap": cap if cap is not None else "none"},
+        kinds={"duckdb"},
+    )
+    def chunks_asset(
+        context: AssetExecutionContext,
+        tokenizer: TokenizerResource,
+        embedding: EmbeddingModelResource,
+        store: StoreResource,
+    ) -> Iterator[object]:
+        chunk_store = store.store()
+        tok = tokenizer.get_tokenizer()
+        embedder = embedding.get_embedder() if spec.needs_embedder else None
+        outcomes: dict[str, list[CheckOutcome]] = {}
+        errors: dict[str, str] = {}
+        token_counts: list[int] = []
+        for doc_id in context.partition_keys:
+            doc = chunk_store.load_parsed(doc_id)
+            if doc is None:
+                row = chunk_store.document(doc_id)
+                reason = (row or {}).get("error") or "it has not been parsed"
+                errors[doc_id] = f"{doc_id}: no parsed text to chunk: {reason}"
+                context.log.warning(errors[doc_id])
+                continue
+            try:
+                chunks = spec.chunk(doc, config, tok, embedder)
+            except Exception as exc:  # one document's failure must not stop the batch
+                log.exception("strategy %s failed on %s", strategy_name, doc_id)
+                errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
+                context.log.error(errors[doc_id])
+                continue
+            chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
+            outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap)
+            token_counts.extend(c.token_count for c in chunks)
+        if errors and len(context.partition_keys) == 1:
+            raise Failure(description=next(iter(errors.values())))
+        yield MaterializeResult(
+            asset_key=chunks_key,
+            metadata={
+                "dagster/row_count": len(token_counts),
+                "documents": len(outcomes),
+                "failed": len(errors),
+                "tokens_max": max(token_counts, default=0),
+                "tokens_mean": round(float(np.mean(token_counts)), 1) if token_counts else 0.0,
+                "config_hash": cfg_hash,
+            },
+        )
+        yield from emit_check_results(context, chunks_key, CHUNK_CHECKS, outcomes)
+
+    @asset(
+        name=embeddings_key.path[-1],
+        partitions_def=documents_partitions,
+        backfill_policy=documents_backfill_policy,
+        pool="duckdb",
+        group_name="embeddings",
+        deps=[chunks_asset],
+        code_version=embedding_model_id,
+        check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
+        automation_condition=AutomationCondition.eager(),
+        description=f"Vectors of the `{spec.name}` chunks; cached by (model id, sha256 of chunk text).",
+        metadata={"strategy": spec.name},
+        kinds={"duckdb"},
+    )
+    def embeddings_asset(
+        context: AssetExecutionContext, embedding: EmbeddingModelResource, store: StoreResource
+    ) -> Iterator[object]:
+        chunk_store = store.store()
+        model_id = embedding.model_id
+        rows_by_doc = {doc_id: chunk_store.load_chunks(doc_id, strategy_name) for doc_id in context.partition_keys}
+        all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
+        cached = chunk_store.cached_embeddings(model_id, all_hashes)
+        # Embed each distinct missing text once, across the whole batch.
+        missing: dict[str, str] = {}
+        for rows in rows_by_doc.values():
+            for c in rows:
+                if c.text_sha256 not in cached:
+                    missing.setdefault(c.text_sha256, c.text)
+        embedder = embedding.get_embedder()
+        fresh: dict[str, np.ndarray] = {}
+        if missing:
+            vectors = embedder.embed(list(missing.values()))
+            fresh = dict(zip(missing.keys(), vectors))
+        vector_of = {**cached, **fresh}
+        outcomes: dict[str, list[CheckOutcome]] = {}
+        written = 0
+        for doc_id, rows in rows_by_doc.items():
+            doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
+            chunk_store.replace_embeddings(
+                doc_id, strategy_name, model_id,
+                [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
+            )
+            written += len(rows)
+            stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
+            outcomes[doc_id] = [
+                check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),
+                check_model_max_sequence(
+                    "within_model_max_sequence",
+                    [embedder.count_model_tokens(c.text) for c in rows], embedder.max_seq_length,
+                ),
+            ]
+        yield MaterializeResult(
+            asset_key=embeddings_key,
+            metadata={
+                "dagster/row_count": written,
+                "new_embeddings": len(fresh),
+                "cache_hits": sum(1 for rows in rows_by_doc.values() for c in rows if c.text_sha256 in cached),
+                "model_id": model_id,
+                "dimension": embedder.dimension,
+                "documents": len(rows_by_doc),
+            },
+        )
+        yield from emit_check_results(context, embeddings_key, EMBEDDING_CHECKS, outcomes)
+
+    return [chunks_asset, embeddings_asset]
+

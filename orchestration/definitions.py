@@ -1,0 +1,103 @@
+"""The one place chunkyard's Dagster definitions are built (workspace.yaml loads ``defs``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    define_asset_job,
+    in_process_executor,
+)
+
+from assets.documents import parsed_documents, raw_documents
+from assets.partitions import documents_partitions
+from assets.strategies import build_strategy_assets
+from chunking.strategies import all_strategies, config_hash, get_strategy
+from orchestration.schedules import build_nightly_schedule
+from orchestration.sensors import documents_sensor
+from orchestration.settings import Settings, load_settings
+from resources.documents import DocumentsFolder
+from resources.embedding import EmbeddingModelResource
+from resources.store import StoreResource
+from resources.tokenizer import TokenizerResource
+
+INGEST_JOB = "ingest_job"
+
+
+@dataclass(frozen=True)
+class Project:
+    defs: Definitions
+    graph_order: list[AssetKey]  # every document asset, upstream first
+    config_hashes: dict[str, str]  # strategy -> hash of its config (its chunks' code version)
+
+
+def build_project(settings: Settings) -> Project:
+    specs = (
+        [get_strategy(name) for name in settings.enabled_strategies]
+        if settings.enabled_strategies is not None
+        else all_strategies()
+    )
+    unknown = set(settings.strategies) - {s.name for s in specs}
+    if unknown:
+        raise ValueError(f"settings configure strategies that are not enabled or not registered: {sorted(unknown)}")
+    embedding = EmbeddingModelResource(
+        model=settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
+    )
+    strategy_assets = []
+    config_hashes: dict[str, str] = {}
+    for spec in specs:
+        config = spec.parse_config(settings.strategies.get(spec.name))
+        config_hashes[spec.name] = config_hash(config)
+        strategy_assets.extend(build_strategy_assets(spec, config, embedding.model_id))
+
+    assets = [raw_documents, parsed_documents, *strategy_assets]
+    graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
+        key for a in strategy_assets for key in a.keys
+    ]
+    ingest_job = define_asset_job(
+        INGEST_JOB,
+        selection=AssetSelection.assets(*graph_order),
+        partitions_def=documents_partitions,
+        description="Every document asset: read, parse, chunk with every strategy, embed.",
+    )
+    defs = Definitions(
+        assets=assets,
+        jobs=[ingest_job],
+        sensors=[
+            documents_sensor,
+            # Dagster's default automation sensor starts stopped; ours runs from the start.
+            AutomationConditionSensorDefinition(
+                "automation_sensor",
+                target=AssetSelection.all(),
+                default_status=DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=30,
+            ),
+        ],
+        schedules=[build_nightly_schedule(graph_order, config_hashes)],
+        resources={
+            "documents": DocumentsFolder(root=settings.docs_root),
+            "store": StoreResource(path=settings.db_path, sidecar_dir=settings.sidecar_dir),
+            "tokenizer": TokenizerResource(encoding=settings.tokenizer_encoding),
+            "embedding": embedding,
+        },
+        executor=in_process_executor,
+    )
+    return Project(defs=defs, graph_order=graph_order, config_hashes=config_hashes)
+
+
+def build_definitions(settings: Settings) -> Definitions:
+    return build_project(settings).defs
+
+
+project = build_project(load_settings())
+defs = project.defs
+
+
+def ingest_job():
+    """The resolved ingest job (module-level so ``reconstructable`` can find it)."""
+    return defs.resolve_job_def(INGEST_JOB)

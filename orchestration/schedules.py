@@ -1,0 +1,82 @@
+"""The nightly schedule: materialize whatever is missing or stale.
+
+Missing comes from the instance (partitions of an asset never materialized);
+stale from the store (chunks made from an older version of the document, or
+with another config than the strategy's current one). One run per document
+that needs anything, for exactly the assets it needs.
+"""
+
+
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DefaultScheduleStatus,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    schedule,
+)
+
+from assets.partitions import DOCUMENTS_PARTITIONS_NAME
+from resources.store import ChunkStore, StoreResource
+
+NIGHTLY_CRON = "0 2 * * *"
+
+
+def plan_refresh(
+    partitions: list[str],
+    materialized: dict[AssetKey, set[str]],
+    graph_order: list[AssetKey],
+    stale_chunks: dict[str, set[str]],
+) -> dict[str, list[AssetKey]]:
+    """doc_id -> assets to materialize, in graph order.
+
+    ``stale_chunks`` maps strategy -> doc_ids whose chunks are out of date; their
+    ``chunks_<s>`` and ``embeddings_<s>`` assets are refreshed. A missing asset
+    brings everything downstream of it along, since those read what it writes.
+    """
+    plan: dict[str, list[AssetKey]] = {}
+    for doc_id in partitions:
+        needed: set[AssetKey] = {k for k in graph_order if doc_id not in materialized.get(k, set())}
+        for strategy, docs in stale_chunks.items():
+            if doc_id in docs:
+                needed |= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
+        if AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
+            needed = set(graph_order)
+        if needed:
+            plan[doc_id] = [k for k in graph_order if k in needed]
+    return plan
+
+
+def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str]) -> dict[str, set[str]]:
+    documents = {}
+    with store.connect(read_only=True) as con:
+        documents = dict(con.execute("SELECT doc_id, sha256 FROM documents WHERE status = 'parsed'").fetchall())
+    stale: dict[str, set[str]] = {}
+    for strategy, cfg_hash in current_config_hashes.items():
+        state = store.chunk_state(strategy)
+        stale[strategy] = {
+            doc_id for doc_id, sha in documents.items()
+            if doc_id in state and (state[doc_id][0] != sha or state[doc_id][1] != cfg_hash)
+        }
+    return stale
+
+
+def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str, str]) -> ScheduleDefinition:
+    @schedule(
+        name="nightly_refresh",
+        cron_schedule=NIGHTLY_CRON,
+        target=AssetSelection.assets(*graph_order),
+        default_status=DefaultScheduleStatus.RUNNING,
+        description="Nightly: materialize every document asset that is missing or stale.",
+    )
+    def nightly_refresh(context: ScheduleEvaluationContext, store: StoreResource):
+        instance = context.instance
+        partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
+        materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
+        stale = stale_chunk_docs(store.store(), config_hashes)
+        stamp = context.scheduled_execution_time.strftime("%Y%m%d") if context.scheduled_execution_time else "now"
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale).items():
+            yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
+
+    return nightly_refresh

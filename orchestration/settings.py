@@ -1,0 +1,53 @@
+"""Project settings: one optional ``chunkyard.toml``, environment overrides on top.
+
+Strategy configs are definition-time settings, not run config: each strategy's
+config hash is its chunks asset's code version, so changing a strategy's config
+here marks exactly that strategy's chunks (and embeddings) stale in the UI.
+
+    # chunkyard.toml
+    docs_root = "examples/docs"
+    db_path = "data/chunkyard.duckdb"
+    [strategies.recursive]
+    chunk_token_size = 800
+
+Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chunking.embedding import DEFAULT_MODEL
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    docs_root: str = "examples/docs"
+    db_path: str = "data/chunkyard.duckdb"
+    sidecar_dir: str | None = None
+    tokenizer_encoding: str = "cl100k_base"
+    embedding_model: str = DEFAULT_MODEL
+    embedding_batch_size: int = Field(64, ge=1)
+    embedding_device: str = "cpu"
+    # None: every registered strategy.
+    enabled_strategies: list[str] | None = None
+    strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    config_path = Path(path or os.environ.get("CHUNKYARD_CONFIG", "chunkyard.toml"))
+    values: dict[str, Any] = {}
+    if config_path.is_file():
+        with open(config_path, "rb") as handle:
+            values = tomllib.load(handle)
+    if os.environ.get("CHUNKYARD_DOCS"):
+        values["docs_root"] = os.environ["CHUNKYARD_DOCS"]
+    if os.environ.get("CHUNKYARD_DB"):
+        values["db_path"] = os.environ["CHUNKYARD_DB"]
+    return Settings.model_validate(values)

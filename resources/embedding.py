@@ -1,0 +1,42 @@
+"""The embedding-model resource: sentence-transformers, local weights only."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from chunking.embedding import DEFAULT_MODEL, SentenceTransformerEmbedder
+
+
+@lru_cache(maxsize=4)
+def _load(model: str, device: str, batch_size: int, normalize: bool) -> SentenceTransformerEmbedder:
+    # Loading weights takes seconds: once per process and configuration.
+    return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, normalize=normalize)
+
+
+class EmbeddingModelResource(ConfigurableResource):
+    """A sentence-transformers model by name or local path (default: bundled all-MiniLM-L6-v2)."""
+
+    model: str = Field(default=DEFAULT_MODEL, description="Model name or local directory.")
+    device: str = Field(default="cpu", description="torch device.")
+    batch_size: int = Field(default=64, ge=1)
+    normalize: bool = Field(default=True, description="L2-normalise vectors (cosine = dot product).")
+
+    def get_embedder(self) -> SentenceTransformerEmbedder:
+        return _load(self.model, self.device, self.batch_size, self.normalize)
+
+    @property
+    def model_id(self) -> str:
+        # The cache key: a different normalisation gives different vectors.
+        return f"{self.model}{'' if self.normalize else ':raw'}"
+
+    @property
+    def dimension(self) -> int:
+        return self.get_embedder().dimension
+
+    @property
+    def max_seq_length(self) -> int:
+        """Word pieces the model reads; longer chunks are silently truncated by it."""
+        return self.get_embedder().max_seq_length
