@@ -15,7 +15,6 @@ from dagster import (
 )
 
 from assets.documents import parsed_documents, raw_documents
-from assets.partitions import documents_partitions
 from assets.strategies import build_strategy_assets
 from chunking.strategies import all_strategies, config_hash, get_strategy
 from orchestration.schedules import build_nightly_schedule
@@ -62,7 +61,6 @@ def build_project(settings: Settings) -> Project:
     ingest_job = define_asset_job(
         INGEST_JOB,
         selection=AssetSelection.assets(*graph_order),
-        partitions_def=documents_partitions,
         description="Every document asset: read, parse, chunk with every strategy, embed.",
     )
     defs = Definitions(

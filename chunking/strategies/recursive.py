@@ -124,7 +124,9 @@ class _RecursiveSplitter:
         out: list[Span] = []
         small: list[tuple[int, int, int]] = []
         for (s, e), n in zip(pieces, counts):
-            if n <= self.cap:
+            # A piece over the cap only because of its leading separator still fits
+            # as a chunk of its own (chunks are stripped), so it need not be split.
+            if n <= self.cap or self.count(*self.strip(s, e)) <= self.cap:
                 small.append((s, e, n))
                 continue
             # Small pieces merge among themselves only: an oversized piece is a
@@ -200,6 +202,10 @@ class _RecursiveSplitter:
             ):
                 carried += pieces[k - 1][2]
                 k -= 1
+            # The budget is a promise about the shared text itself, not the sum of its
+            # pieces: measure it once, give back leading pieces in the rare overshoot.
+            while k < j and self.count(*self.strip(pieces[k][0], pieces[j - 1][1])) > self.overlap:
+                k += 1
             i = k
         return out
 

@@ -1,0 +1,225 @@
+"""The recursive (LightRAG R) strategy: cap, overlap, offsets, CJK, empty input."""
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunking import chunk_text, default_tokenizer
+from chunking.model import ParsedDocument, Page, Block
+from chunking.strategies import config_hash, get_strategy
+from chunking.strategies.recursive import (
+    CJK_SEPARATORS,
+    PLAIN_SEPARATORS,
+    RecursiveConfig,
+    chunk_recursive,
+    split_recursive,
+)
+from chunking.tokenizers import CharTokenizer, count_tokens
+
+CHAR = CharTokenizer()
+PROSE = " ".join(
+    f"Sentence number {i} talks about topic {i % 7} and carries a few extra words for weight." for i in range(200)
+)
+PARAGRAPHS = "\n\n".join(
+    " ".join(f"Paragraph {p} line {i} has some words in it." for i in range(1 + p % 5)) for p in range(60)
+)
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    return default_tokenizer()
+
+
+def assert_invariants(text, spans, tokenizer, cap):
+    for s in spans:
+        assert text[s.start : s.end] == s.text, "offsets must map back to the input"
+        assert s.text == s.text.strip() and s.text, "chunks are whitespace-stripped and non-empty"
+        assert s.tokens == count_tokens(tokenizer, s.text), "token count is exact for the chunk's own text"
+        assert s.tokens <= cap
+    assert [s.start for s in spans] == sorted(s.start for s in spans), "chunks come in text order"
+    # No text lost: every non-whitespace character lies inside some span.
+    covered = bytearray(len(text))
+    for s in spans:
+        covered[s.start : s.end] = b"\x01" * (s.end - s.start)
+    lost = [i for i, ch in enumerate(text) if not ch.isspace() and not covered[i]]
+    assert not lost, f"lost characters at {lost[:10]}"
+
+
+@pytest.mark.parametrize("tokenizer_name", ["char", "cl100k"])
+@pytest.mark.parametrize("text", [PROSE, PARAGRAPHS], ids=["prose", "paragraphs"])
+@pytest.mark.parametrize("cap,overlap", [(50, 0), (120, 20), (400, 100)])
+def test_cap_offsets_and_coverage(text, cap, overlap, tokenizer_name, cl100k):
+    tokenizer = CHAR if tokenizer_name == "char" else cl100k
+    spans = split_recursive(text, tokenizer, cap, overlap)
+    assert len(spans) > 1
+    assert_invariants(text, spans, tokenizer, cap)
+
+
+def test_overlap_is_within_budget_and_present(cl100k):
+    spans = split_recursive(PROSE, cl100k, 100, 30, PLAIN_SEPARATORS)
+    overlaps = []
+    for a, b in zip(spans, spans[1:]):
+        shared = PROSE[b.start : a.end] if b.start < a.end else ""
+        overlaps.append(count_tokens(cl100k, shared))
+    # Word-sized pieces can always fill most of a 30-token budget, never exceed it.
+    assert max(overlaps) <= 30
+    assert min(overlaps) >= 20, overlaps
+    assert all(b.start < a.end for a, b in zip(spans, spans[1:]))
+
+
+def test_zero_overlap_chunks_are_disjoint(cl100k):
+    spans = split_recursive(PROSE, cl100k, 80, 0)
+    assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
+
+
+def test_paragraph_boundaries_preferred_over_spaces():
+    # Two paragraphs that each fit: the cut falls exactly at the blank line.
+    text = "alpha beta gamma delta\n\nepsilon zeta eta theta"
+    spans = split_recursive(text, CHAR, 30, 0)
+    assert [s.text for s in spans] == ["alpha beta gamma delta", "epsilon zeta eta theta"]
+
+
+def test_separator_stays_at_start_of_following_piece():
+    # Newline-level split: the "\n" belongs to the next piece, then chunks are stripped.
+    text = "line one\nline two\nline three"
+    spans = split_recursive(text, CHAR, 10, 0, ("\n", ""))
+    assert [s.text for s in spans] == ["line one", "line two", "line three"]
+    assert [text[s.start - 1] for s in spans[1:]] == ["\n", "\n"]
+
+
+def test_cjk_punctuation_splits_chinese_without_spaces():
+    sentence = "检索增强生成分为两个步骤。"
+    text = sentence * 30  # no spaces, no newlines: only CJK punctuation can break it
+    spans = split_recursive(text, CHAR, 40, 0, CJK_SEPARATORS)
+    assert_invariants(text, spans, CHAR, 40)
+    # Every chunk ends on a sentence boundary: the "。" starts the next piece and is
+    # packed as the first character of the following chunk.
+    for s in spans[1:]:
+        assert s.text.startswith("。")
+
+
+def test_cjk_with_cl100k(cl100k):
+    text = "分块之间的重叠是一种廉价的保险，当一个事实恰好位于边界上时，重叠可以保证它完整出现。" * 40
+    spans = split_recursive(text, cl100k, 64, 8)
+    assert_invariants(text, spans, cl100k, 64)
+
+
+def test_english_period_is_not_a_separator_by_default():
+    # "0.95" must not be cut at the dot: English ". ? !" are left out on purpose.
+    assert "." not in CJK_SEPARATORS
+    text = "value 0.95 and 1.25 are kept"
+    spans = split_recursive(text, CHAR, 12, 0)
+    assert all(not s.text.startswith(".") for s in spans)
+    assert any("0.95" in s.text for s in spans)
+
+
+def test_separator_less_run_is_cut_by_token_windows_within_cap(cl100k):
+    text = "x" * 20_000
+    spans = split_recursive(text, cl100k, 300, 30)
+    assert_invariants(text, spans, cl100k, 300)
+    # Windows are maximal: every chunk but the last is at the cap.
+    assert all(s.tokens == 300 for s in spans[:-1])
+    assert all(b.start < a.end for a, b in zip(spans, spans[1:])), "token-window overlap"
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\n\t \n"])
+def test_empty_or_blank_input_gives_no_chunks(text):
+    assert split_recursive(text, CHAR, 10, 0) == []
+    assert chunk_text(text, tokenizer=CHAR) == []
+
+
+def test_short_text_is_one_chunk_stripped():
+    text = "  \n Hello world. \n"
+    (span,) = split_recursive(text, CHAR, 100, 10)
+    assert span.text == "Hello world."
+    assert text[span.start : span.end] == "Hello world."
+
+
+def test_overlap_must_be_smaller_than_size():
+    with pytest.raises(ValueError, match="smaller"):
+        RecursiveConfig(chunk_token_size=100, chunk_overlap_token_size=100)
+    with pytest.raises(ValueError):
+        split_recursive("abc", CHAR, 5, 5)
+
+
+def test_config_hash_changes_with_config():
+    assert config_hash(RecursiveConfig()) == config_hash(RecursiveConfig())
+    assert config_hash(RecursiveConfig()) != config_hash(RecursiveConfig(chunk_token_size=1000))
+
+
+def test_registry_and_chunk_text_entry_point():
+    spec = get_strategy("recursive")
+    assert spec.config_model is RecursiveConfig
+    assert RecursiveConfig().token_cap == 1200
+    chunks = chunk_text(PROSE, chunk_token_size=150, chunk_overlap_token_size=10)
+    assert all(PROSE[c.char_start : c.char_end] == c.text and c.token_count <= 150 for c in chunks)
+    with pytest.raises(KeyError, match="unknown chunking strategy"):
+        get_strategy("nope")
+
+
+def test_chunks_carry_page_span_heading_path_and_block_ids():
+    page0 = "# Intro\n\nFirst page text is here.\n\n"
+    page1 = "## Details\n\nSecond page text follows on."
+    text = page0 + page1
+    doc = ParsedDocument(
+        doc_id="d",
+        text=text,
+        pages=[Page(page_num=0, char_offset=0, text=page0), Page(page_num=1, char_offset=len(page0), text=page1)],
+        blocks=[
+            Block(index=0, block_id="b0", heading="Intro", level=1, content="# Intro\nFirst page text is here.",
+                  char_start=0, char_end=len(page0)),
+            Block(index=1, block_id="b1", heading="Details", level=2, parent_headings=["Intro"],
+                  content="## Details\nSecond page text follows on.", char_start=len(page0), char_end=len(text)),
+        ],
+    )
+    chunks = chunk_recursive(doc, RecursiveConfig(chunk_token_size=12, chunk_overlap_token_size=0), CHAR)
+    first, last = chunks[0], chunks[-1]
+    assert (first.page_start, first.page_end) == (0, 0)
+    assert (last.page_start, last.page_end) == (1, 1)
+    assert first.heading_path == ["Intro"] and first.block_ids == ["b0"]
+    assert last.heading_path == ["Intro", "Details"] and last.block_ids == ["b1"]
+    whole = chunk_recursive(doc, RecursiveConfig(chunk_token_size=500, chunk_overlap_token_size=0), CHAR)
+    assert len(whole) == 1 and (whole[0].page_start, whole[0].page_end) == (0, 1)
+    assert whole[0].block_ids == ["b0", "b1"]
+
+
+def test_endoftext_is_ordinary_text(cl100k):
+    text = "before <|endoftext|> after " * 50
+    spans = split_recursive(text, cl100k, 40, 5)
+    assert_invariants(text, spans, cl100k, 40)
+
+
+words = st.lists(
+    st.sampled_from(list("abcdefghij 你好。，\n") + ["😀", "\n\n", "word ", "0.95"]), max_size=200
+).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=words, cap=st.integers(min_value=4, max_value=60), overlap_ratio=st.floats(0, 0.5))
+def test_property_invariants_hold_for_random_text(text, cap, overlap_ratio):
+    overlap = min(int(cap * overlap_ratio), cap - 1)
+    spans = split_recursive(text, CHAR, cap, overlap)
+    if not text.strip():
+        assert spans == []
+        return
+    assert_invariants(text, spans, CHAR, cap)
+
+
+@settings(max_examples=25, deadline=None)
+@given(text=words, cap=st.integers(min_value=8, max_value=80))
+def test_property_cl100k_cap_and_offsets(text, cap):
+    tokenizer = default_tokenizer()
+    spans = split_recursive(text, tokenizer, cap, cap // 4)
+    if not text.strip():
+        assert spans == []
+        return
+    assert_invariants(text, spans, tokenizer, cap)
+
+
+def test_repeated_text_offsets_are_not_confused():
+    # The reference recovers offsets with str.find and maps repeats to the first copy.
+    text = "\n\n".join(["same paragraph text"] * 6)
+    spans = split_recursive(text, CHAR, 20, 0)
+    assert [s.start for s in spans] == [m.start() for m in re.finditer("same paragraph text", text)]

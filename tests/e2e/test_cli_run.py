@@ -1,0 +1,65 @@
+"""The main job as a user runs it: `python -m orchestration.cli run`, twice, in a fresh instance."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def run_cli(tmp_path, docs_dir, *extra):
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "CHUNKYARD_DB": str(tmp_path / "chunkyard.duckdb"),
+        "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir), *extra],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def figure(pattern, text):
+    match = re.search(pattern, text)
+    assert match, f"{pattern!r} not in output:\n{text}"
+    return int(match.group(1))
+
+
+def test_run_twice_then_force_embeds_nothing_new(tmp_path, docs_dir):
+    (docs_dir / "empty.txt").write_bytes(b"")
+    first = run_cli(tmp_path, docs_dir)
+    assert figure(r"new embeddings: (\d+)", first) > 0
+    assert "documents: 3 (1 error, 2 parsed)" in first
+    assert re.search(r"empty\.txt: .*empty", first), first  # the bad file is named with its cause
+    assert "database: " in first and "elapsed: " in first
+    assert re.search(r"chunks_recursive\.token_cap\s+2 passed\s+0 failed", first), first
+    # The bad document was re-run alone, so Dagster recorded its own failed run.
+    assert "empty.txt alone: failed" in first
+
+    second = run_cli(tmp_path, docs_dir)
+    assert "0 to process in 0 run(s)" in second
+    assert figure(r"new embeddings: (\d+)", second) == 0
+
+    forced = run_cli(tmp_path, docs_dir, "--force")
+    assert figure(r"new embeddings: (\d+)", forced) == 0
+    assert figure(r"cache hits: (\d+)", forced) > 0
+
+    with duckdb.connect(str(tmp_path / "chunkyard.duckdb"), read_only=True) as con:
+        bad = con.execute(
+            """
+            WITH parsed AS (SELECT doc_id, string_agg(text, '' ORDER BY page_num) AS text FROM pages GROUP BY doc_id)
+            SELECT count(*) FROM chunks c JOIN parsed p USING (doc_id)
+            WHERE c.verbatim AND c.text <> substr(p.text, c.char_start + 1, c.char_end - c.char_start)
+            """
+        ).fetchone()[0]
+    assert bad == 0
