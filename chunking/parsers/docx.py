@@ -1,0 +1,319 @@
+"""``.docx``: heading blocks from outline levels (following ``basedOn``), tables,
+explicit page breaks.
+
+Read with the standard library's :mod:`zipfile` and lxml on the XML parts, with
+entity expansion, DTD loading and network access off (a "billion laughs" part stays
+unexpanded). Every part is read through a size cap, so a zip bomb is refused
+before it is inflated.
+
+The invariant a caller relies on: ``doc.text`` is the block contents joined by a
+blank line (:func:`chunking.parsers.build.assemble_structured`); page ``k`` starts
+at the first line after the ``k``-th explicit page break (``<w:br w:type="page"/>``
+or ``pageBreakBefore``). Word's rendered page breaks (``lastRenderedPageBreak``)
+are layout guesses of whichever program last saved the file and are ignored.
+
+Heading levels (seed P §3.1, LightRAG's native docx parser with fixlevel=0): a
+paragraph's effective ``w:outlineLvl`` is its own, else its style's, else that of
+the style it is ``basedOn``, recursively; outline levels 0-8 become levels 1-9 (9
+is body text). A style with no outline level anywhere in its chain but named
+"heading N" counts as level N (files written without outline levels in styles.xml),
+as does an undefined style id "HeadingN" (a file without styles.xml).
+``Title`` is not a heading (it has no outline level) and is kept as
+``doc_title``. A trailing "¶" permalink in a heading is dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+import zlib
+from typing import Any, Iterator
+
+from lxml import etree
+
+from chunking.model import ParsedDocument
+from chunking.parsers.build import Outline, assemble_structured, one_line, table_id_prefix
+from chunking.parsers.errors import DocumentError
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_W = "{%s}" % W
+_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}"
+_WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
+_OFFICE_DOC = "officeDocument"
+_STYLES_REL = "/styles"
+
+# A DOCX part inflating beyond this, or beyond this ratio, is a zip bomb (real
+# document.xml parts compress about 5-20:1).
+MAX_PART_BYTES = 256 * 1024 * 1024
+MAX_COMPRESSION_RATIO = 200
+_RATIO_CHECK_FLOOR = 1024 * 1024
+_HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
+
+
+def _xml_parser() -> etree.XMLParser:
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
+                           huge_tree=False, remove_comments=True, remove_pis=True)
+
+
+def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, max_bytes: int = MAX_PART_BYTES) -> ParsedDocument:
+    part_limit = min(MAX_PART_BYTES, max(4 * max_bytes, 16 * 1024 * 1024))
+    container = _open_container(data, source)
+    with container:
+        document_name, styles_name = _main_parts(container, source, part_limit)
+        document = _xml(container, document_name, source, part_limit)
+        styles = _xml(container, styles_name, source, part_limit) if styles_name else None
+    body = document.find(f"{_W}body")
+    if body is None:
+        raise DocumentError(source, f"not a DOCX document: {document_name} has no w:body")
+    walker = _Walker(_StyleLevels(styles), table_id_prefix(doc_id, sha256))
+    walker.walk(body)
+    drafts = walker.outline.result()
+    if not drafts:
+        raise DocumentError(source, "no text content in this DOCX document")
+    return assemble_structured(doc_id=doc_id, source_name=source, fmt="docx", sha256=sha256, drafts=drafts,
+                               tables=walker.tables, page_count=walker.page + 1,
+                               metadata={"doc_title": walker.title} if walker.title else None)
+
+
+# -- container -------------------------------------------------------------------
+
+
+def _open_container(data: bytes, source: str) -> zipfile.ZipFile:
+    if data.startswith(b"\xd0\xcf\x11\xe0"):
+        raise DocumentError(source, "not a DOCX container: this is a legacy OLE2 .doc file (or encrypted DOCX)")
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        kind = "a corrupt or truncated zip archive" if data.startswith(b"PK") else "not a zip archive"
+        raise DocumentError(source, f"not a DOCX container ({kind})") from None
+
+
+def _main_parts(container: zipfile.ZipFile, source: str, limit: int) -> tuple[str, str | None]:
+    names = set(container.namelist())
+    document = "word/document.xml"
+    if "_rels/.rels" in names:
+        rels = _xml(container, "_rels/.rels", source, limit)
+        for rel in rels.iter(f"{_REL}Relationship"):
+            if rel.get("Type", "").endswith("/" + _OFFICE_DOC):
+                document = rel.get("Target", document).lstrip("/")
+    if document not in names:
+        raise DocumentError(source, "not a DOCX container: no word/document.xml part (another Office/zip format?)")
+    folder = document.rsplit("/", 1)[0] + "/" if "/" in document else ""
+    styles = folder + "styles.xml"
+    rels_name = f"{folder}_rels/{document.rsplit('/', 1)[-1]}.rels"
+    if rels_name in names:
+        for rel in _xml(container, rels_name, source, limit).iter(f"{_REL}Relationship"):
+            if rel.get("Type", "").endswith(_STYLES_REL):
+                styles = folder + rel.get("Target", "styles.xml").lstrip("/")
+    return document, styles if styles in names else None
+
+
+def _xml(container: zipfile.ZipFile, name: str, source: str, limit: int) -> Any:
+    info = container.getinfo(name)
+    ratio = info.file_size / max(info.compress_size, 1)
+    if info.file_size > limit or (info.file_size > _RATIO_CHECK_FLOOR and ratio > MAX_COMPRESSION_RATIO):
+        raise DocumentError(source, f"refused as a zip bomb: DOCX part {name} inflates to {info.file_size} bytes "
+                                    f"({ratio:.0f}:1)")
+    try:
+        with container.open(info) as handle:
+            raw = handle.read(limit + 1)  # the header may lie about the size; never read past the cap
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
+        raise DocumentError(source, f"corrupt DOCX: cannot inflate {name} ({exc})") from None
+    if len(raw) > limit:
+        raise DocumentError(source, f"refused as a zip bomb: DOCX part {name} inflates past {limit} bytes")
+    try:
+        return etree.fromstring(raw, _xml_parser())
+    except etree.XMLSyntaxError as exc:
+        raise DocumentError(source, f"corrupt DOCX: {name} is not well-formed XML ({exc})") from None
+
+
+# -- styles ------------------------------------------------------------------------
+
+
+class _StyleLevels:
+    """Effective outline level per paragraph style id, following ``w:basedOn``."""
+
+    def __init__(self, styles: Any) -> None:
+        self._own: dict[str, int | None] = {}
+        self._based_on: dict[str, str] = {}
+        self._name_level: dict[str, int] = {}
+        self.names: dict[str, str] = {}
+        self._cache: dict[str, int | None] = {}
+        if styles is None:
+            return
+        for style in styles.iter(f"{_W}style"):
+            if style.get(f"{_W}type", "paragraph") != "paragraph":
+                continue
+            sid = style.get(f"{_W}styleId")
+            if not sid:
+                continue
+            name = style.find(f"{_W}name")
+            self.names[sid] = name.get(f"{_W}val", "") if name is not None else ""
+            outline = style.find(f"{_W}pPr/{_W}outlineLvl")
+            self._own[sid] = _int(outline.get(f"{_W}val")) if outline is not None else None
+            based = style.find(f"{_W}basedOn")
+            if based is not None and based.get(f"{_W}val"):
+                self._based_on[sid] = based.get(f"{_W}val")
+            match = _HEADING_NAME.match(self.names[sid].strip())
+            if match:
+                self._name_level[sid] = int(match.group(1))
+
+    def outline_level(self, style_id: str | None) -> int | None:
+        """0-8 for a heading style, ``None`` for body text."""
+        if not style_id:
+            return None
+        if style_id not in self._cache:
+            self._cache[style_id] = self._resolve(style_id)
+        return self._cache[style_id]
+
+    def _resolve(self, style_id: str) -> int | None:
+        seen: set[str] = set()
+        current: str | None = style_id
+        while current and current not in seen:  # a basedOn cycle ends the walk
+            seen.add(current)
+            own = self._own.get(current)
+            if own is not None:
+                return own if 0 <= own <= 8 else None
+            current = self._based_on.get(current)
+        named = self._name_level.get(style_id)
+        if named is None and style_id not in self.names:
+            # A style styles.xml does not define (or no styles.xml at all): Word's
+            # built-in ids are "Heading1".."Heading9".
+            match = _HEADING_NAME.match(style_id)
+            named = int(match.group(1)) if match else None
+        return named - 1 if named else None
+
+    def is_title(self, style_id: str | None) -> bool:
+        return bool(style_id) and (style_id == "Title" or self.names.get(style_id or "", "").lower() == "title")
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# -- body ---------------------------------------------------------------------------
+
+
+class _Walker:
+    def __init__(self, styles: _StyleLevels, table_prefix: str) -> None:
+        self.styles = styles
+        self.outline = Outline()
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.table_prefix = table_prefix
+        self.page = 0
+        self.title = ""
+        self._figures = 0
+
+    def walk(self, container: Any) -> None:
+        for child in container:
+            tag = child.tag
+            if tag == f"{_W}p":
+                self._paragraph(child)
+            elif tag == f"{_W}tbl":
+                self._table(child)
+            elif tag in (f"{_W}sdt", f"{_W}customXml", f"{_W}ins", f"{_W}smartTag"):
+                content = child.find(f"{_W}sdtContent")
+                self.walk(content if content is not None else child)
+
+    def _paragraph(self, p: Any) -> None:
+        ppr = p.find(f"{_W}pPr")
+        style_id = None
+        own_level = None
+        if ppr is not None:
+            style = ppr.find(f"{_W}pStyle")
+            style_id = style.get(f"{_W}val") if style is not None else None
+            outline = ppr.find(f"{_W}outlineLvl")
+            own_level = _int(outline.get(f"{_W}val")) if outline is not None else None
+            if ppr.find(f"{_W}pageBreakBefore") is not None and ppr.find(f"{_W}pageBreakBefore").get(f"{_W}val", "true") not in ("0", "false"):
+                self.page += 1
+        level = own_level if own_level is not None else self.styles.outline_level(style_id)
+        if level is not None and not 0 <= level <= 8:
+            level = None
+        segments = list(_segments(p))
+        figures = [_figure_alt(el) for el in p.iter(f"{_W}drawing")]
+        for index, text in enumerate(segments):
+            if index:
+                self.page += 1  # each segment after the first follows a page break
+            if not text.strip():
+                continue
+            if level is not None:
+                self.outline.heading(text, level + 1, page=self.page)
+            elif self.styles.is_title(style_id) and not self.title:
+                self.title = one_line(text)
+                self.outline.para(self.title, page=self.page)
+            else:
+                self.outline.para(one_line(text), page=self.page)
+        for alt in figures:
+            self._figures += 1
+            self.outline.para(f'<figure id="fg-{self.table_prefix[3:]}-{self._figures:04d}">{_escape(alt)}</figure>',
+                              page=self.page)
+
+    def _table(self, tbl: Any) -> None:
+        rows: list[list[str]] = []
+        header_rows = 0
+        for tr in tbl.findall(f"{_W}tr"):
+            cells: list[str] = []
+            for tc in tr.findall(f"{_W}tc"):
+                text = one_line(" ".join("".join(_segments(p)) for p in tc.iter(f"{_W}p")))
+                tcpr = tc.find(f"{_W}tcPr")
+                span = 1
+                if tcpr is not None:
+                    grid = tcpr.find(f"{_W}gridSpan")
+                    span = max(_int(grid.get(f"{_W}val")) or 1, 1) if grid is not None else 1
+                    merge = tcpr.find(f"{_W}vMerge")
+                    if merge is not None and merge.get(f"{_W}val", "continue") == "continue":
+                        text = ""
+                cells.append(text)
+                cells.extend([""] * (span - 1))
+            is_header = tr.find(f"{_W}trPr/{_W}tblHeader") is not None and \
+                tr.find(f"{_W}trPr/{_W}tblHeader").get(f"{_W}val", "true") not in ("0", "false")
+            if is_header and header_rows == len(rows):
+                header_rows += 1
+            rows.append(cells)
+        if not rows:
+            return
+        width = max(len(r) for r in rows)
+        rows = [r + [""] * (width - len(r)) for r in rows]
+        table_id = f"{self.table_prefix}-{len(self.tables) + 1:04d}"
+        body = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        entry: dict[str, Any] = {"dimension": [len(rows), width], "format": "json", "content": body}
+        if header_rows:
+            entry["table_header"] = json.dumps(rows[:header_rows], ensure_ascii=False)
+        self.tables[table_id] = entry
+        self.outline.para(f'<table id="{table_id}" format="json">{body}</table>', page=self.page)
+
+
+def _segments(p: Any) -> Iterator[str]:
+    """The paragraph's text, split at explicit page breaks."""
+    parts: list[str] = []
+    for el in p.iter(f"{_W}t", f"{_W}tab", f"{_W}br", f"{_W}cr", f"{_W}noBreakHyphen", f"{_W}softHyphen"):
+        tag = el.tag
+        if tag == f"{_W}t":
+            # An unexpanded entity reference is a child node; the text after it is its tail.
+            parts.append((el.text or "") + "".join(child.tail or "" for child in el))
+        elif tag == f"{_W}tab":
+            parts.append("\t")
+        elif tag == f"{_W}noBreakHyphen":
+            parts.append("-")
+        elif tag == f"{_W}br" and el.get(f"{_W}type") == "page":
+            yield "".join(parts)
+            parts = []
+        elif tag in (f"{_W}br", f"{_W}cr"):
+            parts.append(" ")
+    yield "".join(parts)
+
+
+def _figure_alt(drawing: Any) -> str:
+    doc_pr = drawing.find(f".//{_WP}docPr")
+    if doc_pr is None:
+        return ""
+    return one_line(doc_pr.get("descr") or doc_pr.get("title") or doc_pr.get("name") or "")
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
