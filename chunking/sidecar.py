@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,7 +103,9 @@ def write_sidecars(doc: ParsedDocument, directory: Path) -> tuple[Path, Path]:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # A reader never sees half a file; two writers (run partitions in parallel
+    # processes) never share a temporary file.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
@@ -112,7 +115,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
     out = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for line in handle:
             try:
                 obj = json.loads(line)
@@ -160,7 +163,7 @@ def read_blocks_jsonl(path: str | Path) -> list[Block]:
 def read_tables_json(path: str | Path) -> dict[str, dict]:
     """The ``"tables"`` mapping of a ``.tables.json`` file; ``{}`` if missing or unreadable."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         return {}
     tables = data.get("tables") if isinstance(data, dict) else None

@@ -19,6 +19,12 @@ Invariants a caller relies on (see :mod:`chunking.model`):
 * A ``<base>.blocks.jsonl`` (and optional ``<base>.tables.json``) beside the file,
   written by LightRAG, mineru, docling or chunkyard, is used instead of our own
   parse after validation (:func:`chunking.sidecar.document_from_sidecar`).
+
+One module per format, each with its own docstring: :mod:`.text` (``.txt``,
+``.md``: the text is the decoded file), :mod:`.html`, :mod:`.docx`, :mod:`.pdf`
+(the text is the block contents joined by blank lines, :mod:`.build`),
+:mod:`.json_doc`; :mod:`.encoding` detects text encodings. A file over
+``max_bytes`` is refused before it is read; DOCX parts are inflated under a cap.
 """
 
 from __future__ import annotations

@@ -242,8 +242,9 @@ def document_problems(doc: ParsedDocument) -> list[str]:
         if not previous_end <= block.char_start <= block.char_end <= len(doc.text):
             problems.append(f"block {block.index} span {block.char_start}:{block.char_end} is out of order or range")
         previous_end = block.char_end
-        if block.block_id and block.block_id != block_id(doc.doc_id, block.index, block.heading, block.content) \
-                and not doc.metadata.get("sidecar"):
+        if doc.metadata.get("sidecar"):
+            continue  # ids and content lines are the foreign tool's own
+        if block.block_id != block_id(doc.doc_id, block.index, block.heading, block.content):
             problems.append(f"block {block.index} id is not md5(doc_id:index:heading:content)")
         if block.heading and not block.content.startswith(heading_line(block.heading, block.level)):
             problems.append(f"block {block.index} content does not start with its heading line")

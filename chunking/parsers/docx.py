@@ -20,6 +20,14 @@ is body text). A style with no outline level anywhere in its chain but named
 as does an undefined style id "HeadingN" (a file without styles.xml).
 ``Title`` is not a heading (it has no outline level) and is kept as
 ``doc_title``. A trailing "¶" permalink in a heading is dropped.
+
+A paragraph's text is kept verbatim (``w:t`` is, with ``xml:space="preserve"``),
+its line breaks (``w:br``) split it into content lines: that is how code blocks
+are written, and their indentation survives. List items get their label from
+numbering.xml ("•", "3.", "3.a)"), counted as Word counts them. Table cells are
+whitespace-collapsed. Equations (OMML) are kept as their linear text inline: OMML
+has no LaTeX to put in an ``<equation>`` tag. Not read: headers, footers,
+footnotes, comments.
 """
 
 from __future__ import annotations
@@ -41,8 +49,10 @@ W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _W = "{%s}" % W
 _REL = "{http://schemas.openxmlformats.org/package/2006/relationships}"
 _WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
+_MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+_M = "{http://schemas.openxmlformats.org/officeDocument/2006/math}"
 _OFFICE_DOC = "officeDocument"
-_STYLES_REL = "/styles"
+_RELATED = ("styles", "numbering")
 
 # A DOCX part inflating beyond this, or beyond this ratio, is a zip bomb (real
 # document.xml parts compress about 5-20:1).
@@ -61,13 +71,21 @@ def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, max_bytes: in
     part_limit = min(MAX_PART_BYTES, max(4 * max_bytes, 16 * 1024 * 1024))
     container = _open_container(data, source)
     with container:
-        document_name, styles_name = _main_parts(container, source, part_limit)
+        document_name, related = _main_parts(container, source, part_limit)
         document = _xml(container, document_name, source, part_limit)
-        styles = _xml(container, styles_name, source, part_limit) if styles_name else None
+        styles, numbering = (_xml(container, related[k], source, part_limit) if k in related else None
+                             for k in ("styles", "numbering"))
+    # mc:AlternateContent holds the same content twice (a modern Choice and a VML
+    # Fallback for old readers); tracked changes hold deleted and moved-away text.
+    # Read what the document shows, once.
+    for hidden in list(document.iter(f"{_MC}Fallback", f"{_W}del", f"{_W}moveFrom")):
+        parent = hidden.getparent()
+        if parent is not None:
+            parent.remove(hidden)
     body = document.find(f"{_W}body")
     if body is None:
         raise DocumentError(source, f"not a DOCX document: {document_name} has no w:body")
-    walker = _Walker(_StyleLevels(styles), table_id_prefix(doc_id, sha256))
+    walker = _Walker(_StyleLevels(styles), _Numbering(numbering), table_id_prefix(doc_id, sha256))
     walker.walk(body)
     drafts = walker.outline.result()
     if not drafts:
@@ -90,7 +108,9 @@ def _open_container(data: bytes, source: str) -> zipfile.ZipFile:
         raise DocumentError(source, f"not a DOCX container ({kind})") from None
 
 
-def _main_parts(container: zipfile.ZipFile, source: str, limit: int) -> tuple[str, str | None]:
+def _main_parts(container: zipfile.ZipFile, source: str, limit: int) -> tuple[str, dict[str, str]]:
+    """The main document part and its related parts that exist, by kind
+    (``"styles"``, ``"numbering"``), from the relationships or the usual names."""
     names = set(container.namelist())
     document = "word/document.xml"
     if "_rels/.rels" in names:
@@ -101,13 +121,14 @@ def _main_parts(container: zipfile.ZipFile, source: str, limit: int) -> tuple[st
     if document not in names:
         raise DocumentError(source, "not a DOCX container: no word/document.xml part (another Office/zip format?)")
     folder = document.rsplit("/", 1)[0] + "/" if "/" in document else ""
-    styles = folder + "styles.xml"
+    related = {kind: f"{folder}{kind}.xml" for kind in _RELATED}
     rels_name = f"{folder}_rels/{document.rsplit('/', 1)[-1]}.rels"
     if rels_name in names:
         for rel in _xml(container, rels_name, source, limit).iter(f"{_REL}Relationship"):
-            if rel.get("Type", "").endswith(_STYLES_REL):
-                styles = folder + rel.get("Target", "styles.xml").lstrip("/")
-    return document, styles if styles in names else None
+            kind = rel.get("Type", "").rsplit("/", 1)[-1]
+            if kind in _RELATED and rel.get("Target"):
+                related[kind] = folder + rel.get("Target").lstrip("/")
+    return document, {kind: name for kind, name in related.items() if name in names}
 
 
 def _xml(container: zipfile.ZipFile, name: str, source: str, limit: int) -> Any:
@@ -199,9 +220,71 @@ def _int(value: str | None) -> int | None:
 # -- body ---------------------------------------------------------------------------
 
 
+class _Numbering:
+    """List labels ("•", "3.", "b)") from numbering.xml, counted as the body is walked.
+
+    Counters run per ``numId`` and level; a level's count restarts after any
+    shallower item, as Word numbers lists.
+    """
+
+    def __init__(self, numbering: Any) -> None:
+        self._levels: dict[tuple[str, int], tuple[str, str, int]] = {}
+        self._counters: dict[str, list[int]] = {}
+        if numbering is None:
+            return
+        abstract: dict[str, dict[int, tuple[str, str, int]]] = {}
+        for node in numbering.iter(f"{_W}abstractNum"):
+            levels = abstract.setdefault(node.get(f"{_W}abstractNumId", ""), {})
+            for lvl in node.iter(f"{_W}lvl"):
+                fmt, text, start = (lvl.find(f"{_W}{name}") for name in ("numFmt", "lvlText", "start"))
+                levels[_int(lvl.get(f"{_W}ilvl")) or 0] = (
+                    fmt.get(f"{_W}val", "decimal") if fmt is not None else "decimal",
+                    text.get(f"{_W}val", "") if text is not None else "",
+                    (_int(start.get(f"{_W}val")) if start is not None else None) or 1,
+                )
+        for num in numbering.iter(f"{_W}num"):
+            ref = num.find(f"{_W}abstractNumId")
+            for ilvl, level in abstract.get(ref.get(f"{_W}val", "") if ref is not None else "", {}).items():
+                self._levels[(num.get(f"{_W}numId", ""), ilvl)] = level
+
+    def label(self, num_id: str, ilvl: int) -> str:
+        fmt, text, start = self._levels.get((num_id, ilvl), ("bullet", "", 1))
+        counters = self._counters.setdefault(num_id, [0] * 9)
+        ilvl = min(max(ilvl, 0), 8)
+        counters[ilvl] = counters[ilvl] + 1 if counters[ilvl] else start
+        for deeper in range(ilvl + 1, 9):
+            counters[deeper] = 0
+        if fmt == "bullet":
+            return "•"  # the lvlText glyph is usually a private-use Symbol-font character
+        if fmt == "none":
+            return ""
+        label = re.sub(r"%([1-9])", lambda m: _format_number(counters[int(m.group(1)) - 1] or 1,
+                                                             self._levels.get((num_id, int(m.group(1)) - 1), (fmt,))[0]),
+                       text)
+        return label.strip() or f"{_format_number(counters[ilvl], fmt)}."
+
+
+def _format_number(n: int, fmt: str) -> str:
+    if fmt in ("lowerLetter", "upperLetter"):
+        letters = ""
+        while n > 0:
+            n, r = divmod(n - 1, 26)
+            letters = chr(ord("a") + r) + letters
+        return letters.upper() if fmt == "upperLetter" else letters
+    if fmt in ("lowerRoman", "upperRoman"):
+        roman = ""
+        for value, numeral in ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"),
+                               (50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
+            while n >= value:
+                roman, n = roman + numeral, n - value
+        return roman.upper() if fmt == "upperRoman" else roman
+    return str(n)
+
+
 class _Walker:
-    def __init__(self, styles: _StyleLevels, table_prefix: str) -> None:
+    def __init__(self, styles: _StyleLevels, numbering: _Numbering, table_prefix: str) -> None:
         self.styles = styles
+        self.numbering = numbering
         self.outline = Outline()
         self.tables: dict[str, dict[str, Any]] = {}
         self.table_prefix = table_prefix
@@ -235,6 +318,14 @@ class _Walker:
         if level is not None and not 0 <= level <= 8:
             level = None
         segments = list(_segments(p))
+        num = ppr.find(f"{_W}numPr") if ppr is not None else None
+        if num is not None and level is None:  # list items; a numbered heading keeps its own text
+            num_id = num.find(f"{_W}numId")
+            ilvl = num.find(f"{_W}ilvl")
+            if num_id is not None and num_id.get(f"{_W}val", "0") != "0":
+                label = self.numbering.label(num_id.get(f"{_W}val"), _int(ilvl.get(f"{_W}val")) if ilvl is not None else 0)
+                if label and segments and segments[0].strip():
+                    segments[0] = f"{label} {segments[0].lstrip()}"
         figures = [_figure_alt(el) for el in p.iter(f"{_W}drawing")]
         for index, text in enumerate(segments):
             if index:
@@ -247,7 +338,9 @@ class _Walker:
                 self.title = one_line(text)
                 self.outline.para(self.title, page=self.page)
             else:
-                self.outline.para(one_line(text), page=self.page)
+                # Whitespace inside a line is kept: w:t text is verbatim (xml:space),
+                # and in code it is indentation.
+                self.outline.para(text, page=self.page)
         for alt in figures:
             self._figures += 1
             self.outline.para(f'<figure id="fg-{self.table_prefix[3:]}-{self._figures:04d}">{_escape(alt)}</figure>',
@@ -291,9 +384,9 @@ class _Walker:
 def _segments(p: Any) -> Iterator[str]:
     """The paragraph's text, split at explicit page breaks."""
     parts: list[str] = []
-    for el in p.iter(f"{_W}t", f"{_W}tab", f"{_W}br", f"{_W}cr", f"{_W}noBreakHyphen", f"{_W}softHyphen"):
+    for el in p.iter(f"{_W}t", f"{_M}t", f"{_W}tab", f"{_W}br", f"{_W}cr", f"{_W}noBreakHyphen", f"{_W}softHyphen"):
         tag = el.tag
-        if tag == f"{_W}t":
+        if tag in (f"{_W}t", f"{_M}t"):
             # An unexpanded entity reference is a child node; the text after it is its tail.
             parts.append((el.text or "") + "".join(child.tail or "" for child in el))
         elif tag == f"{_W}tab":
@@ -304,7 +397,7 @@ def _segments(p: Any) -> Iterator[str]:
             yield "".join(parts)
             parts = []
         elif tag in (f"{_W}br", f"{_W}cr"):
-            parts.append(" ")
+            parts.append("\n")  # a line break inside the paragraph: code blocks are written this way
     yield "".join(parts)
 
 

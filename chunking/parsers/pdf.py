@@ -13,11 +13,12 @@ that runs over a page break stays split there, as the PDF has it (the ``sentence
 strategy repairs it).
 
 Content lines are paragraphs: a wrapped line is re-joined with the next when both
-share a style, start at the same indent, the next is not a list item, and the line
-runs to within a few characters of the page's right edge (a paragraph's last line
-stops short). Lines in a monospace font (code) are never joined. PDFium does not
-report the runs of spaces inside a line, so code indentation is lost (pypdf keeps
-it, at about 25x the cost; see the benchmark).
+share a style, start at the same indent, the next is not a list item, and the
+line stops short of the page's right edge by less than the next line's first word
+(the word that did not fit; a paragraph's last line stops shorter). Lines in a
+monospace font (code) are never joined; PDFium collapses their runs of spaces, so
+their spacing (Python's indentation) is rebuilt from character positions on the
+monospace column grid.
 
 Headings, "within what a PDF can carry":
 
@@ -70,34 +71,42 @@ class _Line:
 
 
 def parse_pdf(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocument:
+    lines, bookmarks, page_count = _read(data, source)
+    if not any(line.text.strip() for line in lines):
+        raise DocumentError(source, f"no extractable text in this PDF ({page_count} pages; no text layer, no OCR)")
+    headings = (_outline_headings(lines, bookmarks) if bookmarks else {}) or _style_headings(lines)
+    return assemble_structured(doc_id=doc_id, source_name=source, fmt="pdf", sha256=sha256,
+                               drafts=_outline(lines, headings).result(), page_count=page_count,
+                               metadata={"pdf_engine": "pypdfium2", "bookmarks": len(bookmarks)})
+
+
+def _read(data: bytes, source: str) -> tuple[list[_Line], list[str], int]:
+    """``(lines, bookmark keys, page count)``; DocumentError for a broken file."""
     import pypdfium2 as pdfium
 
-    head = data[:1024]
-    if b"%PDF-" not in head:
+    if b"%PDF-" not in data[:1024]:
         raise DocumentError(source, "not a PDF: no %PDF- header")
     if b"%%EOF" not in data[-2048:]:
         raise DocumentError(source, "PDF is truncated: no %%EOF end-of-file marker")
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
-        message = str(exc)
-        if "password" in message.lower():
+        if "password" in str(exc).lower():
             raise DocumentError(source, "PDF is encrypted: a password is required") from None
-        raise DocumentError(source, f"PDF is corrupt: {message}") from None
+        raise DocumentError(source, f"PDF is corrupt: {exc}") from None
     try:
         page_count = len(pdf)
-        lines = _lines(pdf)
-        bookmarks = _bookmarks(pdf)
+        return _lines(pdf), _bookmarks(pdf), page_count
     except _PageError as exc:
-        raise DocumentError(source, f"PDF is corrupt: page {exc.page + 1} of {len(pdf)} cannot be read ({exc.reason})") from None
+        raise DocumentError(source, f"PDF is corrupt: page {exc.page + 1} of {page_count} cannot be read "
+                                    f"({exc.reason})") from None
     finally:
         pdf.close()
-    if not any(line.text.strip() for line in lines):
-        raise DocumentError(source, f"no extractable text in this PDF ({page_count} pages; no text layer, no OCR)")
+
+
+def _outline(lines: list[_Line], headings: dict[int, tuple[int, int]]) -> Outline:
+    """Headings where ``headings`` says, wrapped lines re-joined into paragraphs between."""
     outline = Outline()
-    headings = _outline_headings(lines, bookmarks) if bookmarks else {}
-    if not headings:
-        headings = _style_headings(lines)
     right_edge: dict[int, float] = {}
     for line in lines:
         right_edge[line.page] = max(right_edge.get(line.page, 0.0), line.right)
@@ -121,19 +130,16 @@ def parse_pdf(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocum
         paragraph.append(lines[i])
         i += 1
     flush()
-    return assemble_structured(doc_id=doc_id, source_name=source, fmt="pdf", sha256=sha256,
-                               drafts=outline.result(), page_count=page_count,
-                               metadata={"pdf_engine": "pypdfium2", "bookmarks": len(bookmarks)})
+    return outline
 
 
 def _lines(pdf) -> list[_Line]:  # noqa: ANN001 - pypdfium2 document
+    import pypdfium2 as pdfium
     import pypdfium2.raw as raw
 
     name_buffer = ctypes.create_string_buffer(128)
     flags = ctypes.c_int()
     out: list[_Line] = []
-    import pypdfium2 as pdfium
-
     for page_index in range(len(pdf)):
         try:
             page = pdf[page_index]
@@ -148,18 +154,84 @@ def _lines(pdf) -> list[_Line]:  # noqa: ANN001 - pypdfium2 document
             if len(text) != count:
                 text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, i)) for i in range(count))
             start = 0
+            page_lines: list[tuple[_Line, str, int]] = []
             for piece in text.split("\n"):
                 end = start + len(piece)
-                # PDFium reports a hyphen it cannot map (LibreOffice's non-breaking
-                # hyphen, a soft hyphen) as U+FFFE or U+0002.
-                line = strip_control(piece.replace("\ufffe", "-").replace("\x02", "-").replace("\r", ""))
+                line = _clean(piece)
                 if line.strip():
-                    out.append(_measure(raw, textpage.raw, line, piece, start, page_index, name_buffer, flags))
+                    measured = _measure(raw, textpage.raw, line, piece, start, page_index, name_buffer, flags)
+                    page_lines.append((measured, piece, start))
                 start = end + 1
+            _restore_code_spacing(raw, textpage.raw, page_lines)
+            out.extend(line for line, _, _ in page_lines)
         finally:
             textpage.close()
             page.close()
     return out
+
+
+def _clean(piece: str) -> str:
+    # PDFium reports a hyphen it cannot map (LibreOffice's non-breaking hyphen, a
+    # soft hyphen) as U+FFFE or U+0002.
+    return strip_control(piece.replace("\ufffe", "-").replace("\x02", "-").replace("\r", ""))
+
+
+def _restore_code_spacing(raw, textpage, page_lines: list[tuple[_Line, str, int]]) -> None:  # noqa: ANN001
+    """Re-create the spaces of monospace lines from character positions.
+
+    PDFium collapses a run of spaces to one (or none), which loses Python's
+    indentation. In a monospace run of lines every character sits on a column
+    grid: its column is its x offset from the run's leftmost character divided by
+    the advance width (the median step between neighbouring characters).
+    """
+    runs: list[list[tuple[_Line, str, int]]] = []
+    previous_mono = False
+    for item in page_lines:
+        if item[0].mono:
+            if previous_mono:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        previous_mono = item[0].mono
+    x, y = ctypes.c_double(), ctypes.c_double()
+    for run in runs:
+        positions: list[list[tuple[float, str]]] = []
+        steps: list[float] = []
+        for line, piece, start in run:
+            chars = []
+            spaced = False
+            for i, ch in enumerate(piece):
+                if ch.isspace() or ch in "\r\x02\ufffe" or not ch.isprintable():
+                    spaced = spaced or ch.isspace()
+                    continue
+                raw.FPDFText_GetCharOrigin(textpage, start + i, x, y)
+                chars.append((x.value, ch, spaced))
+                spaced = False
+            for (x0, _, _), (x1, _, gap) in zip(chars, chars[1:]):
+                if x1 > x0 and not gap:
+                    steps.append(x1 - x0)
+            positions.append(chars)
+        if not steps or not any(positions):
+            continue
+        steps.sort()
+        advance = steps[len(steps) // 2]
+        base = min(chars[0][0] for chars in positions if chars)
+        if advance <= 0:
+            continue
+        for (line, piece, _), chars in zip(run, positions):
+            rebuilt = ""
+            for pos, ch, spaced in chars:
+                column = round((pos - base) / advance)
+                if rebuilt and not spaced:
+                    column = len(rebuilt)  # inside a word (maybe a proportional one): no gap to fill
+                elif spaced and rebuilt:
+                    column = max(column, len(rebuilt) + 1)  # never lose a space PDFium saw
+                if column > len(rebuilt):
+                    rebuilt += " " * (column - len(rebuilt))
+                rebuilt += ch
+            # Only trust the grid when it kept every character of the line.
+            if rebuilt.replace(" ", "") == line.text.replace(" ", "") and rebuilt.strip():
+                line.text = rebuilt.rstrip()
 
 
 def _measure(raw, textpage, line: str, piece: str, start: int, page: int, name_buffer, flags) -> _Line:  # noqa: ANN001
@@ -198,10 +270,15 @@ def _continues(previous: _Line, line: _Line, right_edge: float) -> bool:
     size = line.style[0] or 10.0
     if abs(line.left - previous.left) > 1.5 * size:
         return False
-    return previous.right >= right_edge - 4 * size
+    # A wrapped line stops short of the edge by less than the next line's first
+    # word (the word that did not fit); ~0.55 em per character, plus the space.
+    first_word = line.text.split(None, 1)[0] if line.text.strip() else ""
+    return previous.right + (len(first_word) + 2) * 0.55 * size >= right_edge
 
 
 def _join(lines: list[_Line]) -> str:
+    if lines[0].mono:
+        return lines[0].text.rstrip()  # code keeps its indentation (and is never joined)
     out = lines[0].text.strip()
     for line in lines[1:]:
         text = line.text.strip()

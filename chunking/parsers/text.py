@@ -8,14 +8,17 @@ to the next heading line, blocks are in order and do not overlap.
 
 Headings: ATX (``## Title``) and setext (``Title`` over ``===`` / ``---``, when the
 title is a one-line paragraph, so a ruled box of ``=`` in a plain-text file is not
-mistaken for one). Nothing inside a code fence is inspected: a ``# comment`` in a
+mistaken for one). In a ``.txt`` a run of ``#`` lines is a comment block, not a
+heading sequence. Nothing inside a code fence is inspected: a ``# comment`` in a
 fenced block is code, and the fence stays whole in one block.
 
 Block ``content`` (the sidecar form) differs from the span on purpose: paragraph
 lines are re-joined into one line per paragraph (soft-wrapped prose is one
 paragraph; CJK lines join without a space), code lines stay as they are, a GFM pipe
 table becomes ``<table id=... format="json">[[...]]</table>`` with its header row as
-``table_header``, and a raw HTML ``<table>`` becomes a ``format="html"`` tag.
+``table_header``, and a raw HTML ``<table>`` becomes a ``format="html"`` tag. In
+Markdown, backslash escapes are undone outside code spans, and YAML front matter,
+horizontal rules and pandoc's ``<div>`` wrapper lines are markup, not content.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import re
 import unicodedata
 
 from chunking.model import ParsedDocument, Page
-from chunking.parsers.build import DraftBlock, Outline, attach_tables, finish_blocks, make_block, table_id_prefix
+from chunking.parsers.build import Outline, attach_tables, finish_blocks, make_block, table_id_prefix
 from chunking.parsers.encoding import decode_text
 from chunking.parsers.errors import DocumentError
 from chunking.parsers.html import html_table_tag
@@ -88,7 +91,7 @@ def _outline(text: str, table_prefix: str, *, markdown: bool) -> tuple[Outline, 
             outline.para(_unescape(joined) if markdown else joined)
             paragraph.clear()
 
-    i = 0
+    i = _front_matter_end(lines) if markdown else 0
     n = len(lines)
     previous_blank = True  # start of file counts as after a blank line
     while i < n:
@@ -173,6 +176,16 @@ def _outline(text: str, table_prefix: str, *, markdown: bool) -> tuple[Outline, 
         i += 1
     flush()
     return outline, tables
+
+
+def _front_matter_end(lines: list[str]) -> int:
+    """Index of the first line after a YAML front matter block (0 when none)."""
+    if not lines or lines[0].rstrip() != "---":
+        return 0
+    for j in range(1, min(len(lines), 200)):
+        if lines[j].rstrip() in ("---", "..."):
+            return j + 1
+    return 0
 
 
 def _unescape(text: str) -> str:

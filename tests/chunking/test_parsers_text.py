@@ -146,6 +146,20 @@ def test_encodings_with_bom_or_latin1(encoded, encoding_prefix):
     assert doc.text.startswith(("Grüße", "Café"))
 
 
+@pytest.mark.parametrize(
+    ("text", "encoding", "expected"),
+    [
+        ("Ein kurzer Satz über Öl.", "latin-1", "cp1252"),  # not two Big5 characters
+        ("Zażółć gęślą jaźń.", "cp1250", "cp1250"),  # Central European stays itself
+        ("Привет мир. Это русский текст для проверки кодировки.\n" * 5, "cp1251", "cp1251"),
+        ("これは日本語", "shift_jis", "cp932"),  # short, but really Japanese
+    ],
+)
+def test_short_legacy_texts_get_their_own_code_page(text, encoding, expected):
+    doc = parse_bytes(text.encode(encoding), "s.txt", "s")
+    assert (doc.text, doc.encoding) == (text, expected)
+
+
 def test_shift_jis_and_gb18030_are_detected():
     ja = ("これは日本語のテキストです。文字コードを正しく判定できるか確かめます。\n" * 12)
     zh = ("这是一个中文文本，用于测试字符编码的检测是否正确。我们需要足够多的文字。\n" * 12)
@@ -202,6 +216,11 @@ def test_pandoc_div_wrappers_are_not_text():
     assert doc.blocks[0].content == "# T\n>>> x"  # and CommonMark escapes are undone
 
 
+def test_yaml_front_matter_is_not_a_heading():
+    doc = parse_md("---\ntitle: x\n---\n\n# Real\nbody\n")
+    assert [b.heading for b in doc.blocks] == ["Real"] and doc.blocks[0].content == "# Real\nbody"
+
+
 def test_markdown_thematic_break_is_a_boundary_not_text():
     doc = parse_md("# T\n\nabove\n\n* * *\n\nbelow\n")
     assert doc.blocks[0].content == "# T\nabove\nbelow"
@@ -210,3 +229,19 @@ def test_markdown_thematic_break_is_a_boundary_not_text():
 def test_markdown_escapes_are_undone_outside_code_spans():
     doc = parse_md("# A \\*star\\*\n\nlist\\[0\\] and `code\\[x\\]`\n")
     assert doc.blocks[0].content == "# A *star*\nlist[0] and `code\\[x\\]`"
+
+
+def test_document_problems_reports_broken_invariants():
+    from chunking.model import Block, Page, ParsedDocument
+
+    doc = ParsedDocument(
+        doc_id="d", text="abcdef",
+        pages=[Page(page_num=0, char_offset=0, text="abc"), Page(page_num=1, char_offset=4, text="def")],
+        blocks=[Block(index=0, content="x", char_start=0, char_end=4, block_id="nope"),
+                Block(index=1, heading="H", level=2, content="# H", char_start=3, char_end=6)],
+    )
+    problems = document_problems(doc)
+    assert "page 1 starts at 4, expected 3" in problems
+    assert "block 0 id is not md5(doc_id:index:heading:content)" in problems
+    assert "block 1 span 3:6 is out of order or range" in problems
+    assert "block 1 content does not start with its heading line" in problems

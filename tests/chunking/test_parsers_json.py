@@ -1,0 +1,31 @@
+"""``.json`` parsing: validated, kept as text on one page."""
+
+from __future__ import annotations
+
+import pytest
+
+from chunking.parsers import DocumentError, document_problems, parse_bytes
+
+
+def test_json_is_kept_as_text_on_one_page():
+    raw = '{\r\n  "term": "<p>An HTML body</p>",\r\n  "n": [1, 2]\r\n}\r\n'
+    doc = parse_bytes(raw.encode(), "g.json", "g")
+    assert document_problems(doc) == []
+    assert doc.text == raw.replace("\r\n", "\n") and doc.format == "json"
+    assert len(doc.pages) == 1 and doc.tables == {}
+    (block,) = doc.blocks
+    assert (block.char_start, block.char_end, block.level) == (0, len(doc.text), 0)
+    assert block.content.split("\n")[1] == '  "term": "<p>An HTML body</p>",'
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b'{"a": [1, 2, ', "invalid JSON: Expecting value at line 1 column 14"),
+        (b"[" * 100000 + b"]" * 100000, "invalid JSON"),
+        (b"", "file is empty"),
+    ],
+)
+def test_broken_json_raises_document_error(data, cause):
+    with pytest.raises(DocumentError, match=cause.replace("[", r"\[")):
+        parse_bytes(data, "broken.json", "b")
