@@ -150,7 +150,12 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
     ) -> Iterator[object]:
         chunk_store = store.store()
         model_id = embedding.model_id
-        rows_by_doc = {doc_id: chunk_store.load_chunks(doc_id, strategy_name) for doc_id in context.partition_keys}
+        # A document that failed to parse has nothing to embed and nothing to check.
+        rows_by_doc = {
+            doc_id: chunk_store.load_chunks(doc_id, strategy_name)
+            for doc_id in context.partition_keys
+            if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
+        }
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
         # Embed each distinct missing text once, across the whole batch.

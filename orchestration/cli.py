@@ -67,7 +67,8 @@ class RunTally:
     failed_batches: int = 0  # batch runs that failed (a bug or a blocking check), not lone bad documents
     new_embeddings: int = 0
     cache_hits: int = 0
-    checks: Counter = field(default_factory=Counter)  # (asset.check, passed|failed) -> count
+    # (asset.check, document) -> passed; a later run's outcome replaces an earlier one.
+    checks: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def add_run(self, result) -> None:
         from dagster import DagsterEventType
@@ -92,7 +93,7 @@ class RunTally:
                 if evaluation.partition is None:
                     continue
                 name = f"{evaluation.asset_key.to_user_string()}.{evaluation.check_name}"
-                self.checks[(name, "passed" if evaluation.passed else "failed")] += 1
+                self.checks[(name, evaluation.partition)] = evaluation.passed
 
 
 def run(docs: str | None, force: bool, batch_size: int) -> int:
@@ -181,10 +182,9 @@ def print_summary(store, tally: RunTally, elapsed: float, db_path: str) -> None:
           f"cache size: {summary['embedding_cache']})")
     if tally.checks:
         print("checks (per document):")
-        names = sorted({name for name, _ in tally.checks})
-        for name in names:
-            passed, failed = tally.checks[(name, "passed")], tally.checks[(name, "failed")]
-            print(f"  {name:<55} {passed:>5} passed {failed:>5} failed")
+        outcomes = Counter((name, passed) for (name, _), passed in tally.checks.items())
+        for name in sorted({name for name, _ in tally.checks}):
+            print(f"  {name:<55} {outcomes[(name, True)]:>5} passed {outcomes[(name, False)]:>5} failed")
     if summary["errors"]:
         print("documents that failed:")
         for doc_id, error in summary["errors"]:

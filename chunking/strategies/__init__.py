@@ -41,6 +41,10 @@ class StrategySpec:
 # name -> module path. Order is the order assets and summaries are listed in.
 _MODULES: dict[str, str] = {
     "recursive": "chunking.strategies.recursive",
+    "sentence": "chunking.strategies.sentence",
+    "simple": "chunking.strategies.simple",
+    "sentence_window": "chunking.strategies.sentence_window",
+    "paragraph": "chunking.strategies.paragraph",
 }
 
 

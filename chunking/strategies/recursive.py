@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import Tokenizer, count_tokens
+from chunking.tokenizers import Tokenizer, count_many, count_tokens
 
 # LightRAG's pipeline default. English ". ? !" are left out on purpose: they
 # would split numbers like 0.95.
@@ -108,12 +108,7 @@ class _RecursiveSplitter:
         return count_tokens(self.tokenizer, self.text[start:end])
 
     def count_pieces(self, pieces: list[tuple[int, int]]) -> list[int]:
-        # One batched call where the tokenizer offers it (tiktoken encodes in threads).
-        batch = getattr(self.tokenizer, "encode_batch", None)
-        texts = [self.text[s:e] for s, e in pieces]
-        if batch is not None and len(texts) > 1:
-            return [len(t) for t in batch(texts)]
-        return [count_tokens(self.tokenizer, t) for t in texts]
+        return count_many(self.tokenizer, [self.text[s:e] for s, e in pieces])
 
     def split(self, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
         separator, finer = self.choose_separator(start, end, separators)

@@ -1,7 +1,6 @@
 """Check logic as plain functions, and the token-cap check failing and blocking for real."""
 
 import numpy as np
-import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterEventType, Definitions, in_process_executor
 from pydantic import BaseModel, ConfigDict
 

@@ -1,0 +1,213 @@
+"""The seed's workload for the ``semantic`` strategy: ~50k tokens of real text, timed per option.
+
+    .venv/bin/python bench/bench_semantic.py [--tokens 50000] [--quick] [--profile]
+
+Each row runs ``split_semantic`` end to end (sentences, token counts, embeddings,
+thresholds, groups, spans) with the bundled all-MiniLM-L6-v2 already loaded, and
+prints seconds, sentences/s, the ratio to the plain method measured in the same
+run, and breakpoint agreement with the plain method (the reference: re-embedded
+centred windows, float32, ``SentenceTransformer.encode``) and with re-embedding
+of the same window shape. Agreement is the F1 of two breakpoint sets, exactly
+and within one sentence. Targets: the seed's 10 s and
+ours, 5 s, for 50k tokens on the machine at hand. ``--quick`` skips the slow
+re-embedding rows except the reference. The load average is printed: the CPU may
+be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import re
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+CORPUS = REPO / ".." / "shared" / "corpus"
+
+from chunking.embedding import SentenceTransformerEmbedder
+from chunking.strategies.semantic import (
+    UnitSizes,
+    find_breakpoints,
+    gap_distances,
+    sentence_units,
+    split_semantic,
+)
+from chunking.tokenizers import TiktokenTokenizer
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.skip += tag in ("script", "style")
+        if tag in ("p", "div", "li", "h1", "h2", "h3", "h4", "pre", "dt", "dd", "tr", "br"):
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag):
+        self.skip -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self.skip:
+            self.parts.append(data)
+
+
+def workload(tokenizer, tokens: int) -> str:
+    """English prose and docs from the corpus, cut at a paragraph near ``tokens`` tokens."""
+    if not CORPUS.is_dir():
+        sys.exit(f"corpus not found at {CORPUS.resolve()}")
+    texts = [p.read_text(encoding="utf-8") for p in sorted((CORPUS / "md").glob("*.md"))]
+    texts += [(CORPUS / "txt" / n).read_text(encoding="utf-8") for n in ("Apache-2.0.txt", "GPL-3.txt", "MPL-2.0.txt")]
+    for page in sorted((CORPUS / "html").glob("*.html")):
+        parser = _Text()
+        parser.feed(page.read_text(encoding="utf-8"))
+        texts.append(re.sub(r"\n\s*\n\s*", "\n\n", "".join(parser.parts)))
+    paragraphs = "\n\n".join(texts).split("\n\n")
+    out, total = [], 0
+    for paragraph in paragraphs:
+        if total >= tokens:
+            break
+        out.append(paragraph)
+        total += len(tokenizer.encode(paragraph + "\n\n"))
+    return "\n\n".join(out)
+
+
+def agreement(found: list[int], reference: list[int], tolerance: int) -> float:
+    if not found and not reference:
+        return 1.0
+    ref = np.array(reference)
+    matched = sum(bool(ref.size and np.abs(ref - b).min() <= tolerance) for b in found)
+    return 2 * matched / (len(found) + len(reference))
+
+
+def run(text, tokenizer, embedder, mode, shape, buffer_size):
+    """Time split_semantic once; return seconds, sentences, breakpoints, chunks, uniform-weight breakpoints."""
+    captured: list[np.ndarray] = []
+
+    def embed(texts):
+        vectors = embedder.embed(texts)
+        captured.append(vectors)
+        return vectors
+
+    start = time.perf_counter()
+    spans = split_semantic(text, tokenizer, embed, window_mode=mode, window_shape=shape, buffer_size=buffer_size)
+    seconds = time.perf_counter() - start
+    # Replay the captured embeddings to recover the breakpoints split_semantic used.
+    units = sentence_units(text)
+    sizes = UnitSizes.measure(text, units, tokenizer)
+    replay = lambda _texts: captured[0]
+    breaks = find_breakpoints(gap_distances(text, units, replay, buffer_size, mode, shape, sizes.tokens))
+    uniform = None
+    if mode == "combine":
+        uniform = find_breakpoints(gap_distances(text, units, replay, buffer_size, mode, shape, None))
+    return seconds, len(units), breaks, len(spans), uniform
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=50_000)
+    parser.add_argument("--buffer-size", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="skip the slow re-embedding rows but the reference")
+    parser.add_argument("--profile", action="store_true", help="cProfile the fastest default row")
+    args = parser.parse_args()
+
+    import torch
+
+    tokenizer = TiktokenTokenizer()
+    text = workload(tokenizer, args.tokens)
+    n_tokens = len(tokenizer.encode(text))
+    started = time.perf_counter()
+    embedder = SentenceTransformerEmbedder()
+    load_seconds = time.perf_counter() - started
+    embedder.embed(["warm up the model and the bf16 kernels"] * 4)
+    print(
+        f"workload: {n_tokens} tokens, {len(text)} chars, {len(sentence_units(text))} sentences; "
+        f"model load {load_seconds:.1f}s; cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+    # (label, window mode, window shape, precision, batch size, length sorted, threads)
+    rows = [("plain: reembed centered fp32 ST.encode", "reembed", "centered", "float32", 64, False, None)]
+    if not args.quick:
+        rows += [
+            ("reembed centered bf16 sorted", "reembed", "centered", "bfloat16", 64, True, None),
+            ("reembed gap fp32 sorted", "reembed", "gap", "float32", 64, True, None),
+            ("reembed gap bf16 sorted", "reembed", "gap", "bfloat16", 64, True, None),
+        ]
+    rows += [
+        ("combine centered bf16 sorted", "combine", "centered", "bfloat16", 64, True, None),
+        ("combine gap fp32 ST.encode", "combine", "gap", "float32", 64, False, None),
+        ("combine gap fp32 sorted", "combine", "gap", "float32", 64, True, None),
+        ("combine gap bf16 sorted bs16", "combine", "gap", "bfloat16", 16, True, None),
+        ("combine gap bf16 sorted bs32", "combine", "gap", "bfloat16", 32, True, None),
+        ("combine gap bf16 sorted bs64", "combine", "gap", "bfloat16", 64, True, None),
+        ("combine gap bf16 sorted bs128", "combine", "gap", "bfloat16", 128, True, None),
+        ("combine gap bf16 sorted 4096 tokens/batch", "combine", "gap", "bfloat16", 4096, True, None),
+        ("combine gap bf16 sorted bs64, 1 thread", "combine", "gap", "bfloat16", 64, True, 1),
+    ]
+    threads = torch.get_num_threads()
+    plain = None
+    same_shape: dict[str, list[int]] = {}
+    print(
+        "\n| option | seconds | sentences/s | x plain | chunks | breaks | agree plain exact / ±1 "
+        "| agree reembed same shape exact / ±1 | unweighted combine ±1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, mode, shape, precision, batch, length_sorted, n_threads in rows:
+        embedder.precision, embedder.length_sorted = precision, length_sorted
+        # A batch above 1000 is read as a token budget per batch.
+        embedder.batch_size, embedder.batch_tokens = (10**6, batch) if batch > 1000 else (batch, None)
+        torch.set_num_threads(n_threads or threads)
+        seconds, n_units, breaks, n_chunks, uniform = run(text, tokenizer, embedder, mode, shape, args.buffer_size)
+        if plain is None:
+            plain = (seconds, breaks)
+        if mode == "reembed":
+            same_shape.setdefault(shape, breaks)
+        ref = same_shape.get(shape)
+        same = f"{agreement(breaks, ref, 0):.2f} / {agreement(breaks, ref, 1):.2f}" if ref is not None else "-"
+        unweighted = f"{agreement(uniform, ref, 1):.2f}" if uniform is not None and ref is not None else "-"
+        print(
+            f"| {label} | {seconds:.2f} | {n_units / seconds:.0f} | {plain[0] / seconds:.1f} | {n_chunks} | "
+            f"{len(breaks)} | {agreement(breaks, plain[1], 0):.2f} / {agreement(breaks, plain[1], 1):.2f} | "
+            f"{same} | {unweighted} |",
+            flush=True,
+        )
+    torch.set_num_threads(threads)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+    embedder.precision, embedder.batch_size, embedder.batch_tokens, embedder.length_sorted = "bfloat16", 64, None, True
+    units = sentence_units(text)
+    phases = {}
+    t = time.perf_counter()
+    units = sentence_units(text)
+    phases["sentences"] = time.perf_counter() - t
+    t = time.perf_counter()
+    UnitSizes.measure(text, units, tokenizer)
+    phases["token counts"] = time.perf_counter() - t
+    t = time.perf_counter()
+    embedder.embed([text[s:e] for s, e in units])
+    phases["embed (combine, bf16)"] = time.perf_counter() - t
+    print("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        split_semantic(text, tokenizer, embedder.embed)
+        profile.disable()
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(15)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()

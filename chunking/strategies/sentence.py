@@ -1,0 +1,550 @@
+"""``sentence``: the page-aware SentenceTextSplitter of seeds/sentence-text-splitter.md.
+
+Pipeline, per the seed: for each page, figures (``<figure>...</figure>``) are cut out
+as atomic units and the text between them is segmented into sentences
+(:func:`chunking.segmenter.sentence_spans`); a span over the token cap is split
+recursively (sentence end near the midpoint within the central third -> word
+break -> midpoint with a 10% duplicated overlap); an accumulator packs spans under
+the hard token cap (500) and the soft character budget (1000), a figure attaching
+to the text accumulated before it; then the page boundaries are repaired (full
+merge, else carry the trailing fragment forward), chunks are normalized, and a 10%
+semantic look-ahead overlap is appended to each chunk from the start of the next.
+
+Invariants a caller relies on:
+
+* Every chunk that holds no figure has ``token_count <= max_tokens_per_section``
+  (exact, measured on the chunk's final text). Chunks holding a figure may exceed
+  it and carry ``metadata["cap_exempt"] == "figure"``; a figure is never split,
+  never duplicated and never given or taken as overlap.
+* Chunks are in document order, ``char_start``/``char_end`` is the source region a
+  chunk was built from, and every non-whitespace character of the document is in
+  some chunk. ``verbatim`` is set per chunk, true exactly when
+  ``text == doc.text[start:end]`` (a space injected at a page join, or an
+  overlap copied from a chunk that does not follow on directly, makes it false).
+* ``metadata["overlap_chars"]``, when present, is the length of the look-ahead
+  suffix copied from the next chunk (strip it to highlight the chunk's own text).
+* ``metadata["page_num"]`` is the page that owns the chunk (the Azure ``page_num``):
+  the page it was accumulated on, the earlier page after a merge, the later page
+  after a carry-forward. ``page_start``/``page_end`` are the pages it spans.
+
+Where we differ from the seed's reference, on purpose:
+
+* Sentences come from the shared segmenter, so ``Dr.``, ``e.g.``, ``0.95`` and
+  ellipses do not end a span, and a blank line does. The reference cuts at every
+  ``. ! ?``.
+* Chunks are trimmed of outer whitespace when assembled; the seed's normalization
+  (trim only whitespace that causes a small overflow) is then always satisfied,
+  and the seed's own worked examples show trimmed chunks. Inner whitespace is
+  never touched.
+* Cross-page repair, when the full merge does not fit and the previous chunk is
+  nothing but the unfinished sentence (so carrying it forward would leave nothing
+  behind), first pulls back just the continuation up to its sentence end; the
+  rest of the next page keeps its own chunk (the seed's Example 4). A carried
+  fragment that makes the next chunk too large re-packs that chunk under the
+  normal limits instead of overflowing it.
+* The semantic overlap never copies the whole next chunk (a next chunk no longer
+  than the overlap target is left out), and a chunk whose exact count ends above
+  the cap after overlap (BPE merges across a join) gives the overlap back.
+* Token counts are counted once per sentence span and once per final chunk; the
+  accumulator sums span counts instead of re-tokenizing itself. Inside the
+  recursive split a piece is not counted when its prefix, or its parent's tokens
+  per character, already puts it far over the cap (it is split either way).
+* The midpoint overlap is taken once per boundary-less run: pieces of a
+  midpoint split are halved without duplicating again (the reference's 10%
+  compounds at every level: a 2 MB run without a boundary came out ~10x larger).
+* ``<|endoftext|>`` and similar text counts as ordinary text (the reference raises).
+"""
+
+from __future__ import annotations
+
+import re
+import bisect
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chunking.model import Chunk, ParsedDocument, attach_provenance
+from chunking.segmenter import (
+    CJK_SENTENCE_ENDINGS,
+    SENTENCE_ENDINGS,
+    WORD_BREAKS,
+    ends_with_sentence_ending,
+    sentence_spans,
+)
+from chunking.strategies import StrategySpec
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_many, count_tokens
+
+FIGURE = re.compile(r"<figure\b.*?</figure\s*>", re.IGNORECASE | re.DOTALL)
+# A line that opens a heading or list item: never glued to the previous page.
+_HEADING_START = re.compile(r"^\s*(#{1,6}\s|[-*•+]\s|\(?\d+(\.\d+)*[.)]\s|\(?[a-z][.)]\s|[ivxlc]+[.)]\s)")
+
+
+class SentenceConfig(BaseModel):
+    """Configuration of the ``sentence`` strategy (the Azure splitter's defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tokens_per_section: int = Field(500, ge=1, description="Hard token cap per chunk (figures exempt).")
+    max_section_length: int = Field(1000, ge=1, description="Soft character budget per chunk.")
+    overflow_tolerance: float = Field(0.2, ge=0, le=1, description="Extra share of the soft budget allowed for merges and overlap.")
+    semantic_overlap_percent: int = Field(10, ge=0, le=50, description="Look-ahead overlap, percent of max_section_length; 0 disables.")
+    split_overlap_percent: int = Field(10, ge=0, lt=50, description="Each side of the midpoint duplicated when an oversized span has no boundary.")
+    sentence_endings: tuple[str, ...] = SENTENCE_ENDINGS
+    word_breaks: tuple[str, ...] = WORD_BREAKS
+    estimate: bool = Field(False, description="Count ceil(chars/4) instead of exact tokens.")
+
+    @property
+    def token_cap(self) -> int:
+        return self.max_tokens_per_section
+
+    @property
+    def soft_limit(self) -> int:
+        return int(self.max_section_length * (1 + self.overflow_tolerance))
+
+    @property
+    def section_overlap(self) -> int:
+        return self.max_section_length * self.semantic_overlap_percent // 100
+
+
+@dataclass(frozen=True)
+class Unit:
+    """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure."""
+
+    start: int
+    end: int
+    page: int  # index into doc.pages
+    tokens: int
+    figure: bool = False
+
+
+@dataclass
+class _Draft:
+    units: list[Unit]
+    home: int  # index of the owning page
+    overlap: str = ""
+    overlap_end: int = 0
+    text: str = field(default="", init=False)
+
+    @property
+    def figure(self) -> bool:
+        return any(u.figure for u in self.units)
+
+    @property
+    def tokens(self) -> int:
+        return sum(u.tokens for u in self.units)
+
+
+def chunk_sentence(
+    doc: ParsedDocument, config: SentenceConfig, tokenizer: Tokenizer, embedder: object = None
+) -> list[Chunk]:
+    if doc.text and not doc.pages:
+        raise ValueError(f"document {doc.doc_id!r} has text but no pages: the sentence strategy works page by page")
+    splitter = _Splitter(doc.text, config, EstimateTokenizer() if config.estimate else tokenizer)
+    drafts: list[_Draft] = []
+    for index, page in enumerate(doc.pages):
+        page_drafts = splitter.page_drafts(splitter.page_units(index, page.char_offset, page.char_offset + len(page.text)))
+        if drafts and page_drafts:
+            splitter.repair_boundary(drafts, page_drafts)
+        drafts.extend(page_drafts)
+    drafts = [d for d in drafts if splitter.assemble(d)]
+    splitter.add_semantic_overlap(drafts)
+    return attach_provenance(doc, splitter.to_chunks(doc, drafts))
+
+
+def split_oversized(
+    text: str, tokenizer: Tokenizer, config: SentenceConfig | None = None
+) -> list[tuple[int, int]]:
+    """The seed's recursive split of one span: ``(start, end)`` pieces each within the cap."""
+    config = config or SentenceConfig()
+    splitter = _Splitter(text, config, tokenizer)
+    return [(start, end) for start, end, _ in splitter.split_oversized(0, len(text))]
+
+
+class _Splitter:
+    def __init__(self, text: str, config: SentenceConfig, tokenizer: Tokenizer) -> None:
+        self.text = text
+        self.config = config
+        self.tokenizer = tokenizer
+        self.cap = config.max_tokens_per_section
+        self.endings = frozenset(config.sentence_endings)
+        self.breaks = frozenset(config.word_breaks)
+
+    # -- counting --------------------------------------------------------------------
+
+    def count(self, text: str) -> int:
+        return count_tokens(self.tokenizer, text)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return count_many(self.tokenizer, texts)
+
+    def tokens_within_cap(self, start: int, end: int, density: float = 0.0) -> tuple[int | None, float]:
+        """The span's token count if it is within the cap (else ``None``), and its tokens per char.
+
+        Avoids encoding what is certainly over the cap: a long span whose prefix
+        is already over it, or one that the density measured on its parent puts
+        at twice the cap (the 2 MB one-line file is halved ten times).
+        """
+        length = end - start
+        if density * length >= 2 * self.cap:
+            return None, density
+        if length > 32 * self.cap:
+            probe = self.count(self.text[start : start + 16 * self.cap])
+            if probe > self.cap:
+                return None, probe / (16 * self.cap)
+        tokens = self.count(self.text[start:end])
+        return (tokens if tokens <= self.cap else None), tokens / max(length, 1)
+
+    # -- units -----------------------------------------------------------------------
+
+    def page_units(self, page: int, start: int, end: int) -> list[Unit]:
+        """Figures and sentence spans of one page, oversized spans already split."""
+        spans: list[tuple[int, int, bool]] = []
+        at = start
+        for match in FIGURE.finditer(self.text, start, end):
+            spans.extend((s, e, False) for s, e in self.sentences(at, match.start()))
+            spans.append((match.start(), match.end(), True))
+            at = match.end()
+        spans.extend((s, e, False) for s, e in self.sentences(at, end))
+        counts = self.count_many([self.text[s:e] for s, e, _ in spans])
+        units: list[Unit] = []
+        for (s, e, is_figure), n in zip(spans, counts):
+            if is_figure or n <= self.cap:
+                units.append(Unit(s, e, page, n, is_figure))
+                continue
+            units.extend(Unit(ps, pe, page, pn) for ps, pe, pn in self.split_oversized(s, e))
+        return units
+
+    def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
+        return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
+
+    def split_oversized(
+        self,
+        start: int,
+        end: int,
+        duplicated: bool = False,
+        boundaries: tuple[list[int], list[int]] | None = None,
+        density: float = 0.0,
+    ) -> list[tuple[int, int, int]]:
+        """Recursive split: sentence end near the midpoint, else word break, else midpoint overlap.
+
+        Returns ``(start, end, tokens)`` pieces. ``duplicated`` marks a piece of a
+        midpoint-overlap split: it is halved without duplicating again, so a
+        boundary-less run is copied 1.2x, not 1.2x per recursion level.
+        """
+        tokens, density = self.tokens_within_cap(start, end, density)
+        if tokens is not None or end - start <= 1:
+            return [(start, end, self.count(self.text[start:end]) if tokens is None else tokens)]
+        length = end - start
+        middle = start + length // 2
+        lo, hi = start + length // 3, end - length // 3
+        boundaries = boundaries or self.boundary_positions(start, end)
+        sentence_ends, word_breaks = boundaries
+        cut = _nearest(sentence_ends, middle, lo, hi)
+        if cut is None:
+            cut = _nearest(word_breaks, middle, lo, hi)
+        if cut is not None:
+            # Split just after the boundary character: it stays in the first half.
+            return self.split_oversized(start, cut + 1, duplicated, boundaries, density) + self.split_oversized(
+                cut + 1, end, duplicated, boundaries, density
+            )
+        overlap = 0 if duplicated else length * self.config.split_overlap_percent // 100
+        return self.split_oversized(start, middle + overlap, True, boundaries, density) + self.split_oversized(
+            middle - overlap, end, True, boundaries, density
+        )
+
+    def boundary_positions(self, start: int, end: int) -> tuple[list[int], list[int]]:
+        """Sentence-ending and word-break indices in [start, end), for one oversized span."""
+        return (
+            [m.start() for m in self.sentence_end_pattern.finditer(self.text, start, end)],
+            [m.start() for m in self.word_break_pattern.finditer(self.text, start, end)],
+        )
+
+    @cached_property
+    def sentence_end_pattern(self) -> re.Pattern[str]:
+        # An ASCII ending only before whitespace or the end (not "0.95"); a CJK one anywhere.
+        ascii_endings = "".join(re.escape(c) for c in self.endings if c not in CJK_SENTENCE_ENDINGS)
+        cjk_endings = "".join(re.escape(c) for c in self.endings if c in CJK_SENTENCE_ENDINGS)
+        parts = [f"[{ascii_endings}](?=\\s|$)"] if ascii_endings else []
+        parts += [f"[{cjk_endings}]"] if cjk_endings else []
+        return re.compile("|".join(parts) or "(?!)")
+
+    @cached_property
+    def word_break_pattern(self) -> re.Pattern[str]:
+        return re.compile("[" + "".join(re.escape(c) for c in sorted(self.breaks)) + "]" if self.breaks else "(?!)")
+
+    # -- accumulation ----------------------------------------------------------------
+
+    def page_drafts(self, units: list[Unit]) -> list[_Draft]:
+        return [_Draft(group, units[0].page) for group in self.pack(units)] if units else []
+
+    def pack(self, units: list[Unit]) -> list[list[Unit]]:
+        """Greedy packing under the cap and the soft budget; a figure closes its group."""
+        groups: list[list[Unit]] = []
+        acc: list[Unit] = []
+        chars = tokens = 0
+        for unit in units:
+            if unit.figure:
+                # Attach to the text before it, if there is any text.
+                groups.append([*acc, unit] if any(self.text[u.start : u.end].strip() for u in acc) else [unit])
+                acc, chars, tokens = [], 0, 0
+                continue
+            size = unit.end - unit.start
+            overlapping = bool(acc) and unit.start < acc[-1].end  # midpoint-overlap pieces never share
+            if acc and (overlapping or chars + size > self.config.max_section_length or tokens + unit.tokens > self.cap):
+                groups.append(acc)
+                acc, chars, tokens = [], 0, 0
+            acc.append(unit)
+            chars += size
+            tokens += unit.tokens
+        if acc:
+            groups.append(acc)
+        return groups
+
+    # -- cross-page repair -----------------------------------------------------------
+
+    def repair_boundary(self, drafts: list[_Draft], page_drafts: list[_Draft]) -> None:
+        """Re-stitch a sentence cut by the page break between ``drafts[-1]`` and ``page_drafts[0]``."""
+        prev, nxt = drafts[-1], page_drafts[0]
+        prev_text, next_text = self.join(prev.units).strip(), self.join(nxt.units).strip()
+        if (
+            prev.figure
+            or nxt.units[0].figure
+            or not prev_text
+            or ends_with_sentence_ending(prev_text)
+            or not next_text[:1].islower()
+            or looks_like_heading(next_text)
+        ):
+            return
+        if not nxt.figure and self.fits(prev.units + nxt.units):
+            prev.units = prev.units + nxt.units
+            del page_drafts[0]
+            return
+        fragment_at = self.fragment_start(prev.units)
+        if fragment_at == 0:
+            continuation = self.continuation(nxt.units)
+            if continuation and self.fits(prev.units + continuation):
+                prev.units = prev.units + continuation
+                nxt.units = nxt.units[len(continuation) :]
+                if not nxt.units or not self.join(nxt.units).strip():
+                    del page_drafts[0]
+                return
+        fragment, prev.units = prev.units[fragment_at:], prev.units[:fragment_at]
+        if not prev.units:
+            drafts.pop()
+        carried = fragment + nxt.units
+        if nxt.figure or self.fits(carried):
+            page_drafts[0] = _Draft(carried, nxt.home)
+        else:
+            page_drafts[0:1] = [_Draft(group, nxt.home) for group in self.pack(carried)]
+
+    def fragment_start(self, units: list[Unit]) -> int:
+        """Index of the first unit after the last one that ends a sentence."""
+        for i in range(len(units) - 1, -1, -1):
+            if ends_with_sentence_ending(self.text[units[i].start : units[i].end]):
+                return i + 1
+        return 0
+
+    def continuation(self, units: list[Unit]) -> list[Unit]:
+        """Leading units up to and including the first that ends a sentence (no figures)."""
+        for i, unit in enumerate(units):
+            if unit.figure:
+                return []
+            if ends_with_sentence_ending(self.text[unit.start : unit.end]):
+                return units[: i + 1]
+        return []
+
+    def fits(self, units: list[Unit]) -> bool:
+        tokens = sum(u.tokens for u in units)
+        return tokens <= self.cap and len(self.join(units).strip()) <= self.config.soft_limit
+
+    # -- text ------------------------------------------------------------------------
+
+    def join(self, units: list[Unit]) -> str:
+        parts: list[str] = []
+        previous: Unit | None = None
+        for unit in units:
+            piece = self.text[unit.start : unit.end]
+            if previous is not None and not (unit.start == previous.end and unit.page == previous.page):
+                piece = _join_gap(parts[-1], piece)
+            parts.append(piece)
+            previous = unit
+        return "".join(parts)
+
+    def assemble(self, draft: _Draft) -> str:
+        draft.text = self.join(draft.units).strip()
+        return draft.text
+
+    # -- semantic overlap ------------------------------------------------------------
+
+    def add_semantic_overlap(self, drafts: list[_Draft]) -> None:
+        target = self.config.section_overlap
+        if target <= 0:
+            return
+        for current, following in zip(drafts, drafts[1:]):
+            if current.figure or following.figure:
+                continue
+            if current.home != following.home and not self.continues_across_pages(current.text, following.text):
+                continue
+            prefix = self.overlap_prefix(following.text, target)
+            if not prefix or current.text.endswith(prefix):
+                continue
+            self.append_overlap(current, following, prefix)
+
+    def continues_across_pages(self, text: str, next_text: str) -> bool:
+        return not ends_with_sentence_ending(text) and next_text[:1].islower() and not looks_like_heading(next_text)
+
+    def overlap_prefix(self, text: str, target: int) -> str:
+        """About ``target`` chars from the start of ``text``, ended on a natural break.
+
+        Extends up to half the target further to end on a sentence boundary (of
+        the shared segmenter: not "i.e."), else on a word break; else trims back
+        the partial trailing word.
+        """
+        if len(text) <= target:
+            return ""
+        reach = min(len(text), target + max(target // 2, 1))
+        window = text[: reach + 1]
+        for start, end in sentence_spans(window):
+            if end == len(window) < len(text):
+                break  # cut by the window, not by the segmenter
+            sentence_end = start + len(text[start:end].rstrip())
+            if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
+                return text[:sentence_end]
+        for i in range(target, reach):
+            if text[i] in self.breaks:
+                return text[:i].rstrip()
+        return self.trim_partial_word(text[:target])
+
+    def trim_partial_word(self, text: str) -> str:
+        for i in range(len(text) - 1, -1, -1):
+            if text[i] in self.breaks:
+                return text[:i].rstrip()
+        return ""
+
+    def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
+        """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
+        joiner = self.overlap_joiner(current, following, prefix)
+        room_chars = self.config.soft_limit - len(current.text) - len(joiner)
+        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+        while prefix:
+            if len(prefix) <= room_chars and self.count(prefix) <= room_tokens:
+                current.overlap = joiner + prefix
+                current.overlap_end = self.source_end_of_prefix(following, prefix)
+                return
+            prefix = self.trim_partial_word(prefix)
+
+    def overlap_joiner(self, current: _Draft, following: _Draft, prefix: str) -> str:
+        """The whitespace that separated the two chunks in the source, else a safe space."""
+        gap = self.text[current.units[-1].end : following.units[0].start]
+        last, first = self.text[current.units[-1].start : current.units[-1].end], self.text[following.units[0].start : following.units[0].end]
+        gap = last[len(last.rstrip()) :] + gap + first[: len(first) - len(first.lstrip())]
+        if gap and gap.isspace() and current.units[-1].end <= following.units[0].start:
+            return gap
+        return " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
+
+    def source_end_of_prefix(self, draft: _Draft, prefix: str) -> int:
+        """End of the source region the overlap prefix was copied from."""
+        first = draft.units[0]
+        lead = len(self.text[first.start : first.end]) - len(self.text[first.start : first.end].lstrip())
+        return min(first.start + lead + len(prefix), draft.units[-1].end)
+
+    # -- output ----------------------------------------------------------------------
+
+    def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
+        texts = [d.text + d.overlap for d in drafts]
+        # A draft that is one unmodified unit was counted already.
+        known = [
+            d.units[0].tokens if len(d.units) == 1 and text == self.text[d.units[0].start : d.units[0].end] else None
+            for d, text in zip(drafts, texts)
+        ]
+        fresh = iter(self.count_many([t for t, k in zip(texts, known) if k is None]))
+        counts = [k if k is not None else next(fresh) for k in known]
+        chunks: list[Chunk] = []
+        for draft, text, tokens in zip(drafts, texts, counts):
+            if draft.overlap and tokens > self.cap:
+                # BPE made the joined text longer than the parts: give the overlap back.
+                draft.overlap = ""
+                text, tokens = draft.text, self.count(draft.text)
+            if tokens > self.cap and not draft.figure:
+                chunks.extend(self.resplit(doc, draft))
+                continue
+            chunks.append(self.make_chunk(doc, draft, text, tokens))
+        return chunks
+
+    def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
+        # Rare: a join measured over the cap although its parts fit. Keep each
+        # unit whole where it fits; the recursive split guarantees the rest.
+        out: list[Chunk] = []
+        for unit in draft.units:
+            for start, end, _ in self.split_oversized(unit.start, unit.end):
+                piece = _Draft([replace(unit, start=start, end=end)], draft.home)
+                if self.assemble(piece):
+                    out.append(self.make_chunk(doc, piece, piece.text, self.count(piece.text)))
+        return out
+
+    def make_chunk(self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int) -> Chunk:
+        first, last = draft.units[0], draft.units[-1]
+        raw_first = self.text[first.start : first.end]
+        raw_last = self.text[last.start : last.end]
+        start = first.start + len(raw_first) - len(raw_first.lstrip())
+        end = last.end - (len(raw_last) - len(raw_last.rstrip()))
+        if draft.overlap:
+            end = max(end, draft.overlap_end)
+        start, end = min(start, end), max(start, end)
+        pages = [doc.pages[u.page].page_num for u in draft.units]
+        page_end = doc.page_at(end - 1) if draft.overlap and end > start else max(pages)
+        metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
+        if draft.figure:
+            metadata["cap_exempt"] = "figure"
+        if draft.overlap:
+            metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
+        return Chunk(
+            text=text,
+            char_start=start,
+            char_end=end,
+            token_count=tokens,
+            page_start=min(pages),
+            page_end=max(page_end, max(pages)),
+            verbatim=text == doc.text[start:end],
+            metadata=metadata,
+        )
+
+
+def _nearest(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
+    """The position in [lo, hi) nearest ``middle``, the earlier one on a tie."""
+    i = bisect.bisect_right(positions, middle)
+    before = positions[i - 1] if i > 0 and positions[i - 1] >= lo else None
+    after = positions[i] if i < len(positions) and positions[i] < hi else None
+    if before is None or (after is not None and after - middle < middle - before):
+        return after
+    return before
+
+
+def _join_gap(left: str, right: str) -> str:
+    """``right``, prefixed by a space when both sides of the join are alphanumeric."""
+    if left and right and left[-1].isalnum() and right[0].isalnum():
+        return " " + right
+    return right
+
+
+def looks_like_heading(text: str) -> bool:
+    """Whether the first line of ``text`` reads as a heading or list item."""
+    line = text.lstrip().split("\n", 1)[0].strip()
+    if not line:
+        return False
+    if _HEADING_START.match(line):
+        return True
+    has_more_lines = "\n" in text.strip()
+    short = len(line) <= 80 and not ends_with_sentence_ending(line) and not line.endswith((",", ";", ":"))
+    # A short unpunctuated line standing alone above more text.
+    return short and has_more_lines and (line.isupper() or line.istitle())
+
+
+SPEC = StrategySpec(
+    name="sentence",
+    config_model=SentenceConfig,
+    chunk=chunk_sentence,
+    description="Azure SentenceTextSplitter: page-aware sentences under a 500-token cap and 1000-char soft budget, atomic figures, cross-page repair, 10% look-ahead overlap.",
+)

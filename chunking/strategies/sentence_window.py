@@ -1,0 +1,233 @@
+"""``sentence_window``: whole sentences grouped to a target, overlapping by whole sentences.
+
+From seeds/sentence-chunking-adr.md (``adr``: 3000 chars, 20% overlap, min 500,
+max 5000 chars) and seeds/chunking-service.md (``service``: 512 tokens, 128 tokens
+overlap, min 50). ``preset`` picks the defaults; any field given explicitly wins.
+
+Algorithm (both seeds): split into sentences; add sentences while the chunk stays
+within ``chunk_size``; when the next one would not fit, emit the chunk and start
+the next one with the longest run of its trailing sentences that fits the overlap
+budget (``overlap`` units, or ``overlap_ratio`` of the emitted chunk's size).
+
+Invariants a caller relies on::
+
+    chunk.text == doc.text[chunk.char_start:chunk.char_end]   # verbatim, exact offsets
+    size(chunk) <= max_size     # unless allow_oversize_sentences, then only per sentence
+
+Chunks are whitespace-trimmed, in document order, and together cover every
+non-whitespace character. Sizes are exact tokens of the tokenizer argument
+(``unit="tokens"``), characters (``unit="chars"``), or ceil(chars/4) when
+``estimate`` is chosen, as the service seed does.
+
+Where we differ from the seeds, on purpose:
+
+* A sentence longer than ``max_size`` is split by the recursive fallback
+  (``chunking.strategies.recursive.split_recursive``, no overlap) so the cap holds;
+  the service seed keeps it whole ("doesn't split mid-sentence, even if it exceeds
+  chunkSize"). ``allow_oversize_sentences=True`` restores the seed's behaviour.
+* Sentence boundaries come from the shared segmenter (abbreviations, decimals,
+  CJK endings); the seeds use ``[.!?]+\\s+``.
+* The overlap never repeats a whole chunk and always leaves room for the next
+  sentence, so every chunk adds new text and none exceeds ``chunk_size`` because
+  of its overlap.
+* A chunk below ``min_size`` is merged into the previous chunk when the result
+  stays within ``max_size``; otherwise it is kept. Nothing is dropped (a document
+  shorter than ``min_size`` still gives one chunk, as in the service seed).
+* Offsets are exact: the service seed's own example ends "How are you? I am
+  fine." at 37, one past the text's end (36).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chunking.model import Chunk, ParsedDocument, attach_provenance
+from chunking.segmenter import sentence_spans
+from chunking.strategies import StrategySpec
+from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
+from chunking.tokenizers import CharTokenizer, EstimateTokenizer, Tokenizer, count_many
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ADR-003: 3000-char target, 20% overlap, 500..5000 chars.
+    "adr": {"unit": "chars", "chunk_size": 3000, "overlap": None, "overlap_ratio": 0.20, "min_size": 500, "max_size": 5000},
+    # Chunking service: 512 tokens, 128 overlap, min 50; chunkSize is also the max.
+    "service": {"unit": "tokens", "chunk_size": 512, "overlap": 128, "overlap_ratio": None, "min_size": 50, "max_size": 512},
+}
+
+
+class SentenceWindowConfig(BaseModel):
+    """Configuration of ``sentence_window``: a preset plus explicit overrides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["adr", "service"] = "service"
+    unit: Literal["tokens", "chars"] = Field(None, description="What sizes count (from the preset).")  # type: ignore[assignment]
+    chunk_size: int = Field(None, ge=1, description="Target: a chunk closes when the next sentence would pass it.")  # type: ignore[assignment]
+    overlap: int | None = Field(None, ge=0, description="Overlap budget in units (service).")
+    overlap_ratio: float | None = Field(None, ge=0, lt=1, description="Overlap budget as a share of the emitted chunk (adr).")
+    min_size: int = Field(None, ge=0, description="Smaller chunks merge into the previous one when that fits.")  # type: ignore[assignment]
+    max_size: int = Field(None, ge=1, description="Hard cap per chunk, in units.")  # type: ignore[assignment]
+    estimate: bool = Field(False, description="Count tokens as ceil(chars/4) (the service seed's estimate).")
+    allow_oversize_sentences: bool = Field(False, description="Keep a sentence above max_size whole (the seeds' behaviour).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, values: Any) -> Any:
+        if not isinstance(values, dict):
+            return values
+        preset = values.get("preset", "service")
+        if preset not in PRESETS:
+            return values  # the Literal check reports it
+        explicit = dict(values)
+        merged = {**PRESETS[preset], **{k: v for k, v in explicit.items() if k in PRESETS[preset]}}
+        if "overlap" in explicit and "overlap_ratio" not in explicit:
+            merged["overlap_ratio"] = None  # an explicit fixed overlap replaces the preset's ratio
+        if "overlap_ratio" in explicit and "overlap" not in explicit:
+            merged["overlap"] = None
+        if "chunk_size" in explicit and "max_size" not in explicit and preset == "service":
+            merged["max_size"] = explicit["chunk_size"]
+        return {**explicit, **merged}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SentenceWindowConfig":
+        if self.max_size < self.chunk_size:
+            raise ValueError(f"max_size ({self.max_size}) must be at least chunk_size ({self.chunk_size})")
+        if self.overlap is not None and self.overlap >= self.chunk_size:
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than chunk_size ({self.chunk_size})")
+        if self.estimate and self.unit == "chars":
+            raise ValueError("estimate applies to unit='tokens'; unit='chars' already counts characters")
+        return self
+
+    @property
+    def token_cap(self) -> int | None:
+        """The hard token cap (of ``token_count``), when sizes are tokens and oversize sentences are split."""
+        if self.unit == "tokens" and not self.allow_oversize_sentences:
+            return self.max_size
+        return None
+
+
+def chunk_sentence_window(
+    doc: ParsedDocument, config: SentenceWindowConfig, tokenizer: Tokenizer, embedder: object = None
+) -> list[Chunk]:
+    spans = window_spans(doc.text, config, tokenizer)
+    counts = _token_counts([doc.text[s:e] for s, e in spans], tokenizer, config.estimate)
+    cap = config.token_cap
+    chunks: list[Chunk] = []
+    for (start, end), n in zip(spans, counts):
+        if cap is not None and n > cap:
+            # Sentence sizes summed within the cap but BPE counts the joined text
+            # higher (rare): re-split that window so the cap stays a guarantee.
+            for piece in split_recursive(doc.text[start:end], tokenizer, cap, 0, CJK_SEPARATORS):
+                chunks.append(Chunk(text=piece.text, char_start=start + piece.start, char_end=start + piece.end, token_count=piece.tokens))
+            continue
+        chunks.append(Chunk(text=doc.text[start:end], char_start=start, char_end=end, token_count=n))
+    return attach_provenance(doc, chunks)
+
+
+def window_spans(text: str, config: SentenceWindowConfig, tokenizer: Tokenizer) -> list[tuple[int, int]]:
+    """``(start, end)`` of each chunk: whitespace-trimmed runs of whole sentences."""
+    measure = _measuring_tokenizer(config, tokenizer)
+    units = _units(text, config, measure)
+    windows = _group(units, config)
+    windows = _merge_small(windows, units, config)
+    return [span for span in (_trim(text, units[a][0], units[b - 1][1]) for a, b in windows) if span[1] > span[0]]
+
+
+def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> Tokenizer:
+    if config.unit == "chars":
+        return CharTokenizer()
+    return EstimateTokenizer() if config.estimate else tokenizer
+
+
+def _units(text: str, config: SentenceWindowConfig, measure: Tokenizer) -> list[tuple[int, int, int]]:
+    """Sentences as ``(start, end, size)``, oversized ones split unless allowed."""
+    spans = sentence_spans(text)
+    # A huge sentence whose prefix is already over the max needs no full count
+    # when it is going to be split anyway (the 2 MB one-line file).
+    provably_over = [
+        not config.allow_oversize_sentences
+        and e - s > 32 * config.max_size
+        and count_many(measure, [text[s : s + 16 * config.max_size]])[0] > config.max_size
+        for s, e in spans
+    ]
+    counted = iter(_sizes([text[s:e] for (s, e), over in zip(spans, provably_over) if not over], measure))
+    units: list[tuple[int, int, int]] = []
+    for (start, end), over in zip(spans, provably_over):
+        size = config.max_size + 1 if over else next(counted)
+        if size <= config.max_size or config.allow_oversize_sentences:
+            units.append((start, end, size))
+            continue
+        pieces = split_recursive(text[start:end], measure, config.max_size, 0, CJK_SEPARATORS)
+        units.extend((start + p.start, start + p.end, p.tokens) for p in pieces)
+    return units
+
+
+def _sizes(texts: list[str], measure: Tokenizer) -> list[int]:
+    return count_many(measure, texts)
+
+
+def _group(units: list[tuple[int, int, int]], config: SentenceWindowConfig) -> list[tuple[int, int]]:
+    """Windows ``[a, b)`` of unit indices: greedy fill, then whole-sentence overlap."""
+    windows: list[tuple[int, int]] = []
+    a, size = 0, 0
+    for i, (_, _, n) in enumerate(units):
+        if i > a and size + n > config.chunk_size:
+            windows.append((a, i))
+            a, size = _overlap_start(units, a, i, size, n, config)
+        size += n
+    if a < len(units):
+        windows.append((a, len(units)))
+    return windows
+
+
+def _overlap_start(
+    units: list[tuple[int, int, int]], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig
+) -> tuple[int, int]:
+    """Start of the next window: trailing sentences of [a, b) within the overlap budget."""
+    budget = config.overlap if config.overlap is not None else int(size * (config.overlap_ratio or 0))
+    start, carried = b, 0
+    # Never the whole window (every chunk must add text) and always room for the next sentence.
+    while start - 1 > a and carried + units[start - 1][2] <= budget and carried + units[start - 1][2] + next_size <= config.chunk_size:
+        start -= 1
+        carried += units[start][2]
+    return start, carried
+
+
+def _merge_small(
+    windows: list[tuple[int, int]], units: list[tuple[int, int, int]], config: SentenceWindowConfig
+) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in windows:
+        size = sum(u[2] for u in units[a:b])
+        if out and size < config.min_size:
+            pa, _ = out[-1]
+            if sum(u[2] for u in units[pa:b]) <= config.max_size:
+                out[-1] = (pa, b)
+                continue
+        out.append((a, b))
+    return out
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _token_counts(texts: list[str], tokenizer: Tokenizer, estimate: bool) -> list[int]:
+    if estimate:
+        return [math.ceil(len(t) / 4) for t in texts]
+    return _sizes(texts, tokenizer)
+
+
+SPEC = StrategySpec(
+    name="sentence_window",
+    config_model=SentenceWindowConfig,
+    chunk=chunk_sentence_window,
+    description="Whole sentences grouped to a target with whole-sentence overlap; presets adr (3000 chars, 20%) and service (512 tokens, 128).",
+)

@@ -1,0 +1,182 @@
+"""``chunking.compat.lightrag``: LightRAG's chunker entry points, signatures and dicts (compatibility.md §2)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunking import default_tokenizer
+from chunking.compat import lightrag as L
+from chunking.tokenizers import CharTokenizer
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "paragraph"
+P_KEYS = {"tokens", "content", "chunk_order_index", "heading"}
+
+
+class BareTokenizer:
+    """Only ``encode``/``decode``, like LightRAG's Tokenizer: nothing may need more."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, tokens: list[int]) -> str:
+        return "".join(map(chr, tokens))
+
+
+@pytest.fixture(params=["bare", "char", "cl100k"])
+def tok(request):
+    return {"bare": BareTokenizer, "char": CharTokenizer}.get(request.param, default_tokenizer)()
+
+
+def test_signatures_match_lightrag():
+    p = inspect.signature(L.chunking_by_paragraph_semantic)
+    assert list(p.parameters)[:3] == ["tokenizer", "content", "chunk_token_size"]
+    assert p.parameters["chunk_token_size"].default == 2000
+    assert {k: p.parameters[k].default for k in ("blocks_path", "chunk_overlap_token_size", "doc_id")} == {
+        "blocks_path": None, "chunk_overlap_token_size": 100, "doc_id": None}
+    assert all(p.parameters[k].kind is inspect.Parameter.KEYWORD_ONLY for k in ("blocks_path", "chunk_overlap_token_size", "doc_id"))
+    r = inspect.signature(L.chunking_by_recursive_character)
+    assert r.parameters["chunk_token_size"].default == 1200
+    assert r.parameters["chunk_overlap_token_size"].default == 100 and r.parameters["separators"].default is None
+    v = inspect.signature(L.chunking_by_semantic_vector)
+    assert v.parameters["chunk_token_size"].default == 1200 and v.parameters["embedding_func"].default is None
+    assert v.parameters["breakpoint_threshold_type"].default == "percentile"
+    assert v.parameters["buffer_size"].default == 1 and v.parameters["min_chunk_size"].default is None
+
+
+# --------------------------------------------------------------------------- R
+
+
+def test_recursive_character_dicts_and_exact_spans(tok):
+    text = "First paragraph.\n\nSecond paragraph with more words in it.\nA new line here.\n\n" + "word " * 80
+    out = L.chunking_by_recursive_character(tok, text, 40, chunk_overlap_token_size=5)
+    assert len(out) > 2
+    for i, d in enumerate(out):
+        assert set(d) == {"tokens", "content", "chunk_order_index", "_source_span"}
+        assert d["chunk_order_index"] == i
+        assert text[d["_source_span"]["start"] : d["_source_span"]["end"]] == d["content"]
+        assert d["tokens"] == len(tok.encode(d["content"])) <= 40
+        assert d["content"] == d["content"].strip()
+
+
+def test_recursive_character_default_separators_are_the_plain_cascade():
+    text = "aaaa。bbbb。cccc。dddd"
+    # The plain cascade has no CJK punctuation: with no space or newline the text is cut by tokens.
+    plain = L.chunking_by_recursive_character(CharTokenizer(), text, 10, chunk_overlap_token_size=0)
+    cjk = L.chunking_by_recursive_character(CharTokenizer(), text, 10, chunk_overlap_token_size=0,
+                                            separators=["\n\n", "\n", "。", ""])
+    assert [d["content"] for d in plain] == ["aaaa。bbbb。", "cccc。dddd"]
+    assert [d["content"] for d in cjk] == ["aaaa。bbbb", "。cccc。dddd"]  # separator kept at the piece start
+
+
+def test_recursive_character_empty_input():
+    assert L.chunking_by_recursive_character(CharTokenizer(), "") == []
+    assert L.chunking_by_recursive_character(CharTokenizer(), "   \n ") == []
+
+
+# --------------------------------------------------------------------------- P
+
+
+def test_paragraph_semantic_dicts_with_heading_and_sidecar(tok):
+    path = FIXTURES / "seed_example.blocks.jsonl"
+    out = L.chunking_by_paragraph_semantic(tok, "unused", 400, blocks_path=str(path))
+    assert out
+    ids = [json.loads(line).get("blockid") for line in path.read_text().splitlines()[1:]]
+    seen = []
+    for i, d in enumerate(out):
+        assert set(d) == P_KEYS | {"sidecar"}
+        assert d["chunk_order_index"] == i and d["tokens"] == len(tok.encode(d["content"])) <= 400
+        assert set(d["heading"]) == {"level", "heading", "parent_headings"}
+        sidecar = d["sidecar"]
+        assert sidecar["type"] == "block" and sidecar["id"] == sidecar["refs"][0]["id"]
+        assert all(ref["type"] == "block" for ref in sidecar["refs"])
+        seen += [ref["id"] for ref in sidecar["refs"]]
+    # Every block is referenced, in document order (a block cut into parts by each of its parts).
+    assert list(dict.fromkeys(seen)) == ids
+    assert [ids.index(i) for i in seen] == sorted(ids.index(i) for i in seen)
+
+
+def test_paragraph_semantic_without_block_ids_has_no_sidecar(tok):
+    out = L.chunking_by_paragraph_semantic(tok, "", blocks_path=FIXTURES / "no_ids.blocks.jsonl")
+    assert out and all(set(d) == P_KEYS for d in out)
+
+
+def test_paragraph_semantic_reads_tables_json_beside_the_blocks(tok, tmp_path):
+    src = FIXTURES / "tables_json.blocks.jsonl"
+    table = next(line for line in json.loads(src.read_text().splitlines()[1])["content"].split("\n") if line.startswith("<table"))
+    n = len(tok.encode(table)) // 2
+    with_header = L.chunking_by_paragraph_semantic(tok, "", n, blocks_path=src)
+    header = '["Test", "Condition", "Duration", "Result"]'
+    assert sum(d["content"].count(header) for d in with_header) >= 3  # re-injected into later slices
+    alone = tmp_path / "tables_json.blocks.jsonl"
+    shutil.copy(src, alone)  # no .tables.json beside it: no header to re-inject
+    without = L.chunking_by_paragraph_semantic(tok, "", n, blocks_path=alone)
+    assert sum(d["content"].count(header) for d in without) == 1
+
+
+def test_paragraph_semantic_header_mismatch_raises(tok):
+    with pytest.raises(ValueError, match="corrupted"):
+        L.chunking_by_paragraph_semantic(tok, "", 300, blocks_path=FIXTURES / "mismatch_html.blocks.jsonl")
+
+
+@pytest.mark.parametrize("blocks_path", [None, "", "missing", "empty"])
+def test_paragraph_semantic_degrades_to_r_without_a_sidecar(tok, blocks_path, caplog, tmp_path):
+    path = {"missing": tmp_path / "nope.blocks.jsonl", "empty": FIXTURES / "empty.blocks.jsonl"}.get(blocks_path, blocks_path)
+    content = "Plain text without any sidecar. " * 30
+    with caplog.at_level(logging.WARNING, logger="chunking.compat.lightrag"):
+        out = L.chunking_by_paragraph_semantic(tok, content, 50, blocks_path=path, chunk_overlap_token_size=10)
+    assert any("fallback to recursive_character" in r.message for r in caplog.records)
+    assert out == L.chunking_by_recursive_character(tok, content, 50, chunk_overlap_token_size=10)
+
+
+def test_paragraph_semantic_overlap_bounded_below_size(tok):
+    out = L.chunking_by_paragraph_semantic(tok, "x " * 50, 10, blocks_path=None, chunk_overlap_token_size=500)
+    assert out and all(d["tokens"] <= 10 for d in out)
+
+
+# --------------------------------------------------------------------------- V
+
+
+TOPICS = (["The cat sat on the mat. Cats purr when happy. A kitten chased the yarn."] +
+          ["Stocks fell sharply today. The market index dropped. Investors sold shares."])
+
+
+def _topic_embedding(texts):
+    # Two obvious topics: animal sentences point one way, finance sentences the other.
+    animal = ("cat", "purr", "kitten", "yarn", "mat")
+    return np.array([[1.0, 0.0] if any(w in t.lower() for w in animal) else [0.0, 1.0] for t in texts])
+
+
+def test_semantic_vector_breaks_between_topics(tok):
+    text = " ".join(TOPICS)
+    out = L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=_topic_embedding,
+                                        breakpoint_threshold_type="percentile", breakpoint_threshold_amount=50,
+                                        buffer_size=0)
+    assert [d["content"] for d in out] == TOPICS
+    for i, d in enumerate(out):
+        assert set(d) == {"tokens", "content", "chunk_order_index", "_source_span"} and d["chunk_order_index"] == i
+        assert text[d["_source_span"]["start"] : d["_source_span"]["end"]] == d["content"]
+
+
+def test_semantic_vector_awaits_an_async_embedding_func(tok):
+    async def embed(texts):
+        return _topic_embedding(texts)
+
+    text = " ".join(TOPICS)
+    out = L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=embed, breakpoint_threshold_amount=50, buffer_size=0)
+    assert [d["content"] for d in out] == TOPICS
+
+
+def test_semantic_vector_without_embedding_is_r_without_overlap(tok, caplog):
+    text = "Sentence number one. " * 40
+    with caplog.at_level(logging.WARNING, logger="chunking.compat.lightrag"):
+        out = L.chunking_by_semantic_vector(tok, text, 50)
+    assert out == L.chunking_by_recursive_character(tok, text, 50, chunk_overlap_token_size=0)
+    assert any("fallback to recursive_character" in r.message for r in caplog.records)
+    assert L.chunking_by_semantic_vector(tok, "  ", 50, embedding_func=_topic_embedding) == []

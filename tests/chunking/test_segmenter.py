@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunking.segmenter import ends_with_sentence_ending, sentence_spans, sentences
+
+
+def test_service_seed_basic_split():
+    assert sentences("Hello world. How are you? I am fine!") == ["Hello world. ", "How are you? ", "I am fine!"]
+
+
+def test_service_seed_multiple_punctuation():
+    assert sentences("What?! Really... Yes!") == ["What?! ", "Really... ", "Yes!"]
+    assert sentences("What?! Really... Yes. Okay!") == ["What?! ", "Really... ", "Yes. ", "Okay!"]
+
+
+def test_service_seed_no_punctuation():
+    assert sentences("This has no ending punctuation") == ["This has no ending punctuation"]
+
+
+def test_empty_text_has_no_spans():
+    assert sentence_spans("") == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Dr. Smith arrived late.",
+        "Use a list, e.g. this one, or that.",
+        "That is, i.e. the other one.",
+        "The U.S. economy grew by 0.95 percent.",
+        "J. Smith signed it.",
+        "Costs rose approx. five percent.",
+        "See fig. 3 for details.",
+        "The accuracy was 0.95 on the test set.",
+        "Open file.txt and config.yaml now.",
+        "Wait... and then it stopped.",
+    ],
+)
+def test_no_false_boundary(text):
+    assert sentences(text) == [text]
+
+
+def test_abbreviations_that_may_end_a_sentence():
+    assert sentences("See No. 5 here. The answer is no. Then stop.") == ["See No. 5 here. ", "The answer is no. ", "Then stop."]
+    assert sentences("Made by Acme Inc. The end.") == ["Made by Acme Inc. ", "The end."]
+    assert sentences("Acme Inc. Board met.") == ["Acme Inc. Board met."]
+
+
+def test_dotted_acronym_before_a_sentence_starter_ends_the_sentence():
+    assert sentences("I live in the U.S. The weather is fine.") == ["I live in the U.S. ", "The weather is fine."]
+
+
+def test_closing_quotes_and_brackets_stay_with_their_sentence():
+    assert sentences('He said "Stop." Then he left.') == ['He said "Stop." ', "Then he left."]
+    assert sentences("(See above.) Next one.") == ["(See above.) ", "Next one."]
+    assert sentences("她说：「好。」然后走了。") == ["她说：「好。」", "然后走了。"]
+
+
+def test_cjk_endings_need_no_space():
+    assert sentences("这是第一句。这是第二句！对吗？还有‼最后⁉") == [
+        "这是第一句。",
+        "这是第二句！",
+        "对吗？",
+        "还有‼",
+        "最后⁉",
+    ]
+
+
+def test_ellipsis_character_and_paragraph_break():
+    assert sentences("Hmm… Fine.") == ["Hmm… ", "Fine."]
+    assert sentences("Title\n\nBody text here.") == ["Title\n\n", "Body text here."]
+    # A single newline is a line wrap, not a boundary.
+    assert sentences("Heading line\nIntro text.") == ["Heading line\nIntro text."]
+
+
+def test_trailing_and_leading_whitespace_is_attached():
+    assert sentences("  One.   Two.  ") == ["  One.   ", "Two.  "]
+
+
+def test_ends_with_sentence_ending():
+    assert ends_with_sentence_ending("Done.  ")
+    assert ends_with_sentence_ending('He said "yes!"')
+    assert ends_with_sentence_ending("完了。")
+    assert not ends_with_sentence_ending("The procedure continues to operate")
+    assert not ends_with_sentence_ending("")
+
+
+def test_non_string_is_rejected():
+    with pytest.raises(TypeError, match="expects str"):
+        sentence_spans(b"bytes")  # type: ignore[arg-type]
+
+
+_ALPHABET = st.sampled_from(list("abc XYZ .!?…。！？\"')」\n\t0123456789é😀中"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=_ALPHABET, max_size=200) | st.text(max_size=200))
+def test_spans_are_contiguous_and_lossless(text):
+    spans = sentence_spans(text)
+    assert "".join(text[s:e] for s, e in spans) == text
+    position = 0
+    for start, end in spans:
+        assert start == position and end > start
+        position = end
+    assert position == len(text)

@@ -1,0 +1,247 @@
+"""The ``sentence`` strategy: the seed's worked examples, verbatim, plus its rules.
+
+The seed's examples "use a smaller token limit than the actual limit of 500"
+without saying which; each test names the limit that reproduces the example.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from chunking.model import Page, ParsedDocument
+from chunking.strategies.sentence import SPEC, SentenceConfig, chunk_sentence, looks_like_heading, split_oversized
+from chunking.tokenizers import CharTokenizer, TiktokenTokenizer
+
+
+@pytest.fixture(scope="module")
+def tiktoken_tokenizer():
+    return TiktokenTokenizer()
+
+
+def paged(*texts: str) -> ParsedDocument:
+    pages, offset = [], 0
+    for number, text in enumerate(texts):
+        pages.append(Page(page_num=number, char_offset=offset, text=text))
+        offset += len(text)
+    return ParsedDocument(doc_id="d", text="".join(texts), pages=pages)
+
+
+def texts_of(doc, tokenizer, **config):
+    return [c.text for c in chunk_sentence(doc, SentenceConfig(**config), tokenizer)]
+
+
+def test_example_1_simple_page(tiktoken_tokenizer):
+    text = "Sentence one. Sentence two is slightly longer. Final short one."
+    assert texts_of(paged(text), tiktoken_tokenizer) == [
+        "Sentence one. Sentence two is slightly longer. Final short one."
+    ]
+
+
+def test_example_2_atomic_figure_attached_to_preceding_text(tiktoken_tokenizer):
+    text = (
+        'Heading line\nIntro before the figure. <figure><img src="x.png" alt="X"></figure> '
+        "Text that follows the figure. Another sentence."
+    )
+    chunks = chunk_sentence(paged(text), SentenceConfig(), tiktoken_tokenizer)
+    assert [c.text for c in chunks] == [
+        'Heading line\nIntro before the figure. <figure><img src="x.png" alt="X"></figure>',
+        "Text that follows the figure. Another sentence.",
+    ]
+    assert chunks[0].metadata["cap_exempt"] == "figure"
+    assert "cap_exempt" not in chunks[1].metadata
+
+
+EXAMPLE_3 = (
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+
+def test_example_3_midpoint_split_with_duplicated_overlap():
+    # 124 chars, 1 char = 1 token, a 100-token limit: no boundary near the middle.
+    chunks = texts_of(paged(EXAMPLE_3), CharTokenizer(), max_tokens_per_section=100)
+    assert chunks == [
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKL",
+        "yz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+    ]
+    duplicated = "yz0123456789ABCDEFGHIJKL"
+    assert len(duplicated) == 2 * int(124 * 0.10)
+    assert chunks[0].endswith(duplicated) and chunks[1].startswith(duplicated)
+
+
+def test_example_3b_word_break_instead_of_overlap():
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron"
+    chunks = texts_of(paged(text), CharTokenizer(), max_tokens_per_section=60)
+    assert chunks[0] == "alpha beta gamma delta epsilon zeta eta"
+    assert chunks[1].startswith("theta iota kappa lambda")
+    assert len(chunks) == 2  # no duplicated midpoint region
+
+
+def test_example_4_cross_page_merge(tiktoken_tokenizer):
+    doc = paged(
+        "The procedure continues to operate",
+        "under heavy load and completes successfully. Follow-up sentence.",
+    )
+    chunks = chunk_sentence(doc, SentenceConfig(max_tokens_per_section=16), tiktoken_tokenizer)
+    assert [c.text for c in chunks] == [
+        "The procedure continues to operate under heavy load and completes successfully.",
+        "Follow-up sentence.",
+    ]
+    assert (chunks[0].page_start, chunks[0].page_end, chunks[0].metadata["page_num"]) == (0, 1, 0)
+    assert (chunks[1].page_start, chunks[1].page_end) == (1, 1)
+    assert not chunks[0].verbatim  # the page join injected a space
+    assert (chunks[0].char_start, chunks[0].char_end) == (0, doc.text.index(" Follow-up"))
+
+
+def test_example_5_trailing_fragment_carry_forward(tiktoken_tokenizer):
+    doc = paged(
+        "Intro sentence finishes here. This clause is long but near the limit and the following portion would push it over",
+        "so the trailing fragment carry‑forward moves this trailing portion forward. Remaining context continues here.",
+    )
+    chunks = chunk_sentence(doc, SentenceConfig(max_tokens_per_section=36), tiktoken_tokenizer)
+    assert [c.text for c in chunks] == [
+        "Intro sentence finishes here.",
+        "This clause is long but near the limit and the following portion would push it over so the trailing "
+        "fragment carry‑forward moves this trailing portion forward. Remaining context continues here.",
+    ]
+    assert chunks[1].metadata["page_num"] == 1 and chunks[1].page_start == 0
+
+
+def test_full_merge_when_it_fits(tiktoken_tokenizer):
+    doc = paged("The procedure continues to operate", "under heavy load. Then more.")
+    assert texts_of(doc, tiktoken_tokenizer) == ["The procedure continues to operate under heavy load. Then more."]
+
+
+def test_no_merge_when_next_page_starts_a_new_sentence_or_heading(tiktoken_tokenizer):
+    assert texts_of(paged("Done here", "Next page starts."), tiktoken_tokenizer) == ["Done here", "Next page starts."]
+    assert texts_of(paged("Ends well.", "lower start."), tiktoken_tokenizer) == ["Ends well.", "lower start."]
+    assert texts_of(paged("A list follows", "- item one\n- item two"), tiktoken_tokenizer) == [
+        "A list follows",
+        "- item one\n- item two",
+    ]
+
+
+def test_semantic_overlap_appends_a_prefix_of_the_next_chunk(tiktoken_tokenizer):
+    sentences = [f"Sentence number {i} talks about topic {i} in some detail." for i in range(40)]
+    text = " ".join(sentences)
+    chunks = chunk_sentence(paged(text), SentenceConfig(), tiktoken_tokenizer)
+    assert len(chunks) >= 2
+    for current, following in zip(chunks, chunks[1:]):
+        source = text[current.char_start : current.char_end]
+        assert current.text.startswith(text[current.char_start : current.char_start + 20])
+        # The earlier chunk ends with a whole-sentence prefix of the next one.
+        overlap = current.text[len(source) - (current.char_end - following.char_start) :]
+        assert following.text.startswith(overlap.strip())
+        assert overlap.strip().endswith(".")
+        assert current.token_count <= 500 and len(current.text) <= 1200
+    assert chunks[-1].text == text[chunks[-1].char_start : chunks[-1].char_end]
+
+
+def test_overlap_disabled_gives_disjoint_chunks(tiktoken_tokenizer):
+    text = " ".join(f"Sentence number {i} talks about topic {i}." for i in range(60))
+    chunks = chunk_sentence(paged(text), SentenceConfig(semantic_overlap_percent=0), tiktoken_tokenizer)
+    assert all(c.verbatim and c.text == text[c.char_start : c.char_end] for c in chunks)
+    assert "".join(c.text for c in chunks).replace(" ", "") == text.replace(" ", "")
+
+
+def test_figures_never_take_or_give_overlap_and_may_exceed_the_cap():
+    figure = "<figure>" + "x" * 300 + "</figure>"
+    text = "Some words here. " * 3 + figure + " After the figure. More words follow here."
+    chunks = chunk_sentence(paged(text), SentenceConfig(max_tokens_per_section=120), CharTokenizer())
+    figure_chunks = [c for c in chunks if figure in c.text]
+    assert len(figure_chunks) == 1 and figure_chunks[0].metadata["cap_exempt"] == "figure"
+    assert figure_chunks[0].token_count > 120
+    assert figure_chunks[0].text.endswith("</figure>")
+    assert sum(c.text.count("<figure>") for c in chunks) == 1
+
+
+def test_figure_alone_when_nothing_precedes_it(tiktoken_tokenizer):
+    text = "<figure>chart</figure> Then text."
+    assert texts_of(paged(text), tiktoken_tokenizer) == ["<figure>chart</figure>", "Then text."]
+
+
+def test_accumulator_respects_soft_character_budget(tiktoken_tokenizer):
+    text = " ".join(f"Short sentence {i}." for i in range(200))
+    chunks = chunk_sentence(paged(text), SentenceConfig(semantic_overlap_percent=0), tiktoken_tokenizer)
+    assert all(len(c.text) <= 1000 for c in chunks)
+    assert max(len(c.text) for c in chunks) > 900
+
+
+def test_recursive_split_prefers_sentence_end_near_midpoint():
+    text = "word " * 30 + "end. " + "word " * 30
+    pieces = split_oversized(text, CharTokenizer(), SentenceConfig(max_tokens_per_section=400))
+    assert pieces == [(0, len(text))]
+    pieces = split_oversized(text, CharTokenizer(), SentenceConfig(max_tokens_per_section=200))
+    assert pieces == [(0, text.index("end.") + 4), (text.index("end.") + 4, len(text))]
+
+
+def test_decimal_point_is_not_a_split_boundary():
+    text = "a" * 60 + " 0.95 " + "b" * 60
+    pieces = split_oversized(text, CharTokenizer(), SentenceConfig(max_tokens_per_section=100))
+    cut = pieces[0][1]
+    assert text[cut - 1] == " "  # split on a word break, not inside 0.95
+
+
+def test_estimate_option_counts_chars_over_four(tiktoken_tokenizer):
+    chunks = chunk_sentence(paged("Hello world!"), SentenceConfig(estimate=True), tiktoken_tokenizer)
+    assert chunks[0].token_count == 3
+
+
+def test_exact_token_counts(tiktoken_tokenizer):
+    text = " ".join(f"Zdanie {i} mówi o czymś innym. 这是第{i}句。" for i in range(100))
+    for chunk in chunk_sentence(paged(text), SentenceConfig(), tiktoken_tokenizer):
+        assert chunk.token_count == len(tiktoken_tokenizer.encode(chunk.text)) <= 500
+
+
+def test_special_token_text_is_ordinary(tiktoken_tokenizer):
+    assert texts_of(paged("Before <|endoftext|> after."), tiktoken_tokenizer) == ["Before <|endoftext|> after."]
+
+
+def test_empty_and_whitespace_documents(tiktoken_tokenizer):
+    assert texts_of(paged(""), tiktoken_tokenizer) == []
+    assert texts_of(paged("   \n\n  ", "\t"), tiktoken_tokenizer) == []
+
+
+def test_heading_detection():
+    assert looks_like_heading("# Title\nbody")
+    assert looks_like_heading("1. first step")
+    assert looks_like_heading("a) option one")
+    assert looks_like_heading("INTRODUCTION\nThe text")
+    assert not looks_like_heading("under heavy load and completes successfully.")
+
+
+def test_config_is_strict_and_registered():
+    with pytest.raises(ValueError):
+        SentenceConfig(max_tokens=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError):
+        SentenceConfig(max_tokens_per_section=0)
+    assert SPEC.name == "sentence" and SPEC.default_config().token_cap == 500
+
+
+def test_text_without_pages_is_rejected(tiktoken_tokenizer):
+    doc = ParsedDocument(doc_id="nopages", text="Some text.", pages=[])
+    with pytest.raises(ValueError, match="no pages"):
+        chunk_sentence(doc, SentenceConfig(), tiktoken_tokenizer)
+
+
+CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+
+
+def test_real_pdf_with_mid_sentence_page_breaks(tiktoken_tokenizer):
+    pdf = CORPUS / "pdf" / "howto_logging.pdf"
+    if not pdf.is_file():
+        pytest.skip("shared corpus not available")
+    from chunking.parsers import parse_document
+
+    doc = parse_document(pdf, "pdf/howto_logging.pdf")
+    chunks = chunk_sentence(doc, SentenceConfig(), tiktoken_tokenizer)
+    assert len(doc.pages) > 1 and chunks
+    assert all(c.token_count <= 500 for c in chunks if "cap_exempt" not in c.metadata)
+    assert any(c.page_end > c.page_start for c in chunks)  # a sentence repaired across a page break
+    assert all(doc.pages[0].page_num <= c.page_start <= c.page_end <= doc.pages[-1].page_num for c in chunks)
+    text = "".join(c.text for c in chunks)
+    remaining = iter(re.sub(r"\s+", "", text))
+    assert all(ch in remaining for ch in re.sub(r"\s+", "", doc.text))  # nothing dropped, order kept
