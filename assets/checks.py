@@ -151,6 +151,42 @@ def check_coverage(name: str, text: str, spans: Sequence[tuple[int, int]]) -> Ch
     )
 
 
+_MARKUP_TAG = re.compile(r"<(/?)(table|figure)\b[^>]*?(/?)>")
+
+
+def cut_tags(text: str) -> set[str]:
+    """Names of ``<table>``/``<figure>`` elements left unbalanced (cut) in ``text``."""
+    depth: dict[str, int] = {}
+    cut: set[str] = set()
+    for match in _MARKUP_TAG.finditer(text):
+        closing, name, self_closing = match.group(1), match.group(2), match.group(3)
+        if self_closing:
+            continue
+        if closing:
+            if depth.get(name, 0) == 0:
+                cut.add(name)  # a close whose open is in an earlier chunk
+            else:
+                depth[name] -= 1
+        else:
+            depth[name] = depth.get(name, 0) + 1
+    return cut | {name for name, d in depth.items() if d > 0}
+
+
+def check_markup(name: str, texts: Sequence[str], fragments: Sequence[bool], atomic: Sequence[str]) -> CheckOutcome:
+    """No ``<table>``/``<figure>`` cut by a chunk boundary (ERROR for tags the strategy keeps whole)."""
+    broken = {i: cut_tags(t) for i, t in enumerate(texts) if not fragments[i]}
+    broken = {i: tags for i, tags in broken.items() if tags}
+    promised = sorted({i for i, tags in broken.items() if tags & set(atomic)})
+    severity = ERROR if promised else WARN
+    return CheckOutcome(
+        name, not broken, severity,
+        f"{len(broken)} chunk(s) cut through <table>/<figure> markup"
+        + (f", {len(promised)} of them in tags this strategy keeps whole" if promised else "")
+        if broken else "no <table>/<figure> markup cut",
+        {"cut_chunks": sorted(broken)[:50], "atomic_tags": list(atomic)},
+    )
+
+
 # -- embedding checks ---------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from assets.checks import (
     CheckDef,
     CheckOutcome,
     check_coverage,
+    check_markup,
     check_embeddings,
     check_model_max_sequence,
     check_no_empty_chunks,
@@ -47,6 +48,7 @@ CHUNK_CHECKS = (
     CheckDef("token_cap", "Every chunk is within the strategy's hard token cap (figure chunks exempt).", blocking=True),
     CheckDef("no_empty_chunks", "No chunk is empty or whitespace only."),
     CheckDef("coverage", "No text lost: every non-whitespace character of the parsed text is in some chunk's span."),
+    CheckDef("markup_intact", "No <table>/<figure> cut by a chunk boundary (ERROR for tags the strategy keeps whole)."),
 )
 EMBEDDING_CHECKS = (
     CheckDef("embeddings_complete", "One finite vector of the model's dimension per chunk."),
@@ -54,12 +56,14 @@ EMBEDDING_CHECKS = (
 )
 
 
-def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None) -> list[CheckOutcome]:
+def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None, atomic: tuple[str, ...]) -> list[CheckOutcome]:
     return [
         check_token_cap("token_cap", [c.token_count for c in chunks],
                         [bool(c.metadata.get("cap_exempt")) for c in chunks], cap),
         check_no_empty_chunks("no_empty_chunks", [c.text for c in chunks]),
         check_coverage("coverage", text, [(c.char_start, c.char_end) for c in chunks]),
+        check_markup("markup_intact", [c.text for c in chunks],
+                     [bool(c.metadata.get("table_fragment")) for c in chunks], atomic),
     ]
 
 
@@ -114,7 +118,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
                 context.log.error(errors[doc_id])
                 continue
             chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
-            outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap)
+            outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             token_counts.extend(c.token_count for c in chunks)
         if errors and len(context.partition_keys) == 1:
             raise Failure(description=next(iter(errors.values())))

@@ -30,6 +30,11 @@ class StrategySpec:
     description: str
     # The strategy uses the embedding model while chunking (semantic breakpoints).
     needs_embedder: bool = False
+    # Inline tags the strategy promises never to cut (``"table"``, ``"figure"``): a cut
+    # one fails the markup check as an ERROR; other cut tags are only a WARN, since
+    # text-only strategies such as R are table-unaware by design. A chunk marked
+    # ``metadata["table_fragment"]`` is a documented degradation and exempt.
+    atomic_markup: tuple[str, ...] = ()
 
     def default_config(self) -> BaseModel:
         return self.config_model()

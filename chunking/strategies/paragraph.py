@@ -1234,4 +1234,5 @@ SPEC = StrategySpec(
         "LightRAG P: heading blocks from the sidecar, tables cut on rows with headers re-injected, "
         "anchor splits, [part n] labels, heading glue and hierarchy-aware merging; R without blocks."
     ),
+    atomic_markup=("table",),
 )

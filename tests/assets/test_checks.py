@@ -92,3 +92,20 @@ def test_token_cap_check_fails_and_blocks_embedding(settings, instance):
     # Blocking: the embeddings of the over-cap chunks were never computed.
     assert instance.get_materialized_partitions(AssetKey("embeddings_oversized")) == set()
     assert instance.get_materialized_partitions(AssetKey("parsed_documents")) == {"alpha.md"}
+
+
+def test_markup_check_finds_cut_tables_and_figures():
+    from assets.checks import check_markup, cut_tags
+
+    assert cut_tags('<table id="t" format="json">[["a"]]</table> and <figure>x</figure>') == set()
+    assert cut_tags('text <table id="t">[["a"],') == {"table"}
+    assert cut_tags('["b"]]</table> tail') == {"table"}
+    assert cut_tags('<figure src="x" /> self-closing') == set()
+    whole = ['<table id="t">[["a"]]</table>', "plain"]
+    assert check_markup("m", whole, [False, False], ("table",)).passed
+    cut = ['<table id="t">[["a"],', '["b"]]</table>']
+    promised = check_markup("m", cut, [False, False], ("table",))
+    assert not promised.passed and promised.severity == AssetCheckSeverity.ERROR
+    unaware = check_markup("m", cut, [False, False], ())
+    assert not unaware.passed and unaware.severity == AssetCheckSeverity.WARN
+    assert check_markup("m", cut, [True, True], ("table",)).passed  # documented degradation
