@@ -105,10 +105,10 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         for doc_id in context.partition_keys:
             doc = chunk_store.load_parsed(doc_id)
             if doc is None:
-                row = chunk_store.document(doc_id)
-                reason = (row or {}).get("error") or "it has not been parsed"
-                errors[doc_id] = f"{doc_id}: no parsed text to chunk: {reason}"
-                context.log.warning(errors[doc_id])
+                row = chunk_store.document(doc_id) or {}
+                errors[doc_id] = f"{doc_id}: no parsed text to chunk: {row.get('error') or 'it has not been parsed'}"
+                # A parse failure was reported where it happened; here it is only context.
+                (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
                 continue
             try:
                 chunks = spec.chunk(doc, config, tok, embedder)
