@@ -8,8 +8,12 @@ algorithm receives any object with ``encode(str) -> list[int]`` and
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Protocol, Sequence, runtime_checkable
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 
 @runtime_checkable
@@ -40,6 +44,23 @@ def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
     return [count_tokens(tokenizer, t) for t in texts]
 
 
+SpanCount = Callable[[int, int], int]
+
+
+def span_counter(tokenizer: Tokenizer, text: str) -> SpanCount:
+    """``count(start, end) == count_tokens(tokenizer, text[start:end])``, for many spans of one text.
+
+    A tokenizer may offer ``span_counter(text)`` that answers from one encoding of
+    the whole text (``TiktokenTokenizer`` does); it may return ``None`` when it
+    cannot be exact for that text. Otherwise each span is sliced and counted.
+    """
+    factory = getattr(tokenizer, "span_counter", None)
+    counter = factory(text) if factory is not None else None
+    if counter is not None:
+        return counter
+    return lambda start, end: count_tokens(tokenizer, text[start:end])
+
+
 class CharTokenizer:
     """1 char = 1 token, as in LightRAG's tests. Exact and instantaneous."""
 
@@ -53,6 +74,10 @@ class CharTokenizer:
 
     def count(self, text: str) -> int:
         return len(text)
+
+    def span_counter(self, text: str) -> SpanCount:
+        size = len(text)
+        return lambda start, end: max(0, min(end, size) - start)
 
 
 class EstimateTokenizer:
@@ -97,16 +122,198 @@ class TiktokenTokenizer:
         self._encoding = load_offline_encoding(encoding_name)
 
     def encode(self, text: str) -> list[int]:
-        return self._encoding.encode(text, disallowed_special=())
+        # Same ids as ``encode(text, disallowed_special=())`` (no special token is
+        # allowed, so none is ever produced), without the special-token scan.
+        return self._encoding.encode_ordinary(text)
 
     def decode(self, tokens: list[int]) -> str:
         return self._encoding.decode(tokens)
 
     def count(self, text: str) -> int:
-        return len(self._encoding.encode(text, disallowed_special=()))
+        return len(self._encoding.encode_ordinary(text))
+
+    def span_counter(self, text: str) -> SpanCount | None:
+        """Exact counts of spans of ``text`` from one encoding of it (see :class:`_TiktokenSpanCounter`).
+
+        ``None`` when that would not pay off or could not be exact: an encoding
+        whose pre-tokenizer pattern is not one this was proven for, short text,
+        text with few word ends (one 2 MB run of letters, scripts other than
+        Latin/CJK/kana), lone surrogates.
+        """
+        if len(text) < _SPAN_INDEX_MIN_CHARS:
+            return None
+        # tiktoken internals: without them (another tiktoken), count span by span.
+        if getattr(self._encoding, "_pat_str", None) not in _WORD_END_SAFE_PATTERNS:
+            return None
+        if not hasattr(self._encoding, "_mergeable_ranks") or not hasattr(self._encoding, "encode_to_numpy"):
+            return None
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return _TiktokenSpanCounter.build(self, text, data)
+
+    def small_counts(self) -> dict[str, int]:
+        """Counts of short strings, kept across texts by span counters (bounded there)."""
+        cache = getattr(self, "_small_counts", None)
+        if cache is None:
+            cache = self._small_counts = {}
+        return cache
+
+    def token_byte_lengths(self):
+        """numpy array: the UTF-8 byte length of every ordinary token id (built once)."""
+        lengths = getattr(self, "_token_byte_lengths", None)
+        if lengths is None:
+            import numpy as np
+
+            ranks = self._encoding._mergeable_ranks
+            lengths = np.zeros(max(ranks.values()) + 1, dtype=np.int64)
+            lengths[np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))] = np.fromiter(
+                map(len, ranks.keys()), dtype=np.int64, count=len(ranks)
+            )
+            self._token_byte_lengths = lengths
+        return lengths
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._encoding.encode_ordinary_batch(texts)
+
+
+# Pre-tokenizer patterns (cl100k_base, as written by tiktoken 0.4..0.14) for which
+# an ASCII word end is a pre-token boundary whatever the context; see
+# _TiktokenSpanCounter. Other encodings (o200k attaches "'s" to the word) fall back.
+_WORD_END_SAFE_PATTERNS = frozenset(
+    {
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    }
+)
+_SPAN_INDEX_MIN_CHARS = 4096
+# Below one ASCII word end per this many chars the index would rarely be used.
+_SPAN_INDEX_MAX_CHARS_PER_WORD_END = 64
+# Spans this short are encoded directly (as cheap as two index look-ups).
+_SPAN_DIRECT_CHARS = 16
+_SMALL_PIECE_CACHE_CHARS = 16
+_SMALL_PIECE_CACHE_SIZE = 65536
+
+
+class _TiktokenSpanCounter:
+    r"""Exact token counts of spans of one text, from a single encoding of the whole text.
+
+    Why it is exact. tiktoken cuts text into pre-tokens with a regex, then applies
+    BPE to each pre-token on its own, so a text's count is the sum of its
+    pre-tokens' counts. In the cl100k pattern a run of letters is always matched
+    whole by ``[^\r\n\p{L}\p{N}]?+\p{L}++`` (or ends a contraction ``'s``), and
+    no alternative reaches past the end of a letter run; the pattern has no
+    look-behind. So a *word end* -- a letter followed by a non-letter (or the end
+    of the text) -- is a pre-token boundary in the whole text and in any substring
+    containing it, and matching after it does not depend on what came before. For
+    a span [s, e) with word ends b <= a inside it::
+
+        count(text[s:e]) = count(text[s:b]) + tokens of the whole text in [b, a) + count(text[a:e])
+
+    The middle term is a difference of two indexes; the two ends are short
+    strings encoded directly. Only characters whose class no Unicode version
+    disputes are used as letters and non-letters (Python's tables and the regex
+    engine's may differ on newer characters): see :func:`_word_end_tables`.
+    """
+
+    __slots__ = ("text", "count_text", "word_ends", "tokens_before", "cache")
+
+    def __init__(
+        self,
+        text: str,
+        count_text: Callable[[str], int],
+        word_ends: Sequence[int],
+        tokens_before: Sequence[int],
+        cache: dict[str, int],
+    ):
+        self.text = text
+        self.count_text = count_text
+        self.word_ends = word_ends  # char positions, ascending
+        self.tokens_before = tokens_before  # tokens of the whole text starting before each word end
+        self.cache = cache  # counts of short strings ("The", ". "), shared across texts
+
+    @classmethod
+    def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "_TiktokenSpanCounter | None":
+        import numpy as np
+
+        if len(data) == len(text):  # ASCII: a byte is a char
+            codes = np.frombuffer(data, dtype=np.uint8)
+        else:
+            codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        letter, non_letter = _word_end_tables()
+        is_letter = letter[codes]
+        ends = np.flatnonzero(is_letter[:-1] & non_letter[codes[1:]]) + 1  # char positions
+        if len(codes) and is_letter[-1]:
+            ends = np.append(ends, len(codes))
+        if len(ends) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
+            return None
+        if len(data) == len(text):
+            byte_ends = ends
+        else:  # byte offset of char position e: UTF-8 length of the chars before it
+            utf8_lengths = 1 + (codes >= 0x80).astype(np.int64) + (codes >= 0x800) + (codes >= 0x10000)
+            byte_ends = np.cumsum(utf8_lengths)[ends - 1]
+        ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
+        token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
+        if len(token_ends) == 0 or int(token_ends[-1]) != len(data):
+            return None  # not the byte stream we indexed (never expected)
+        # Tokens starting before a word end = tokens ending at or before it.
+        tokens_before = np.searchsorted(token_ends, byte_ends, side="right")
+        # array('q') rather than lists: bisect and indexing stay as fast, without
+        # boxing a Python int per word end up front.
+        return cls(
+            text,
+            tokenizer.count,
+            array("q", ends.astype(np.int64).tobytes()),
+            array("q", tokens_before.astype(np.int64).tobytes()),
+            tokenizer.small_counts(),
+        )
+
+    def __call__(self, start: int, end: int) -> int:
+        if end - start <= _SPAN_DIRECT_CHARS:
+            return self.piece(self.text[start:end])
+        i = bisect_left(self.word_ends, start)
+        j = bisect_right(self.word_ends, end) - 1
+        if i > j:  # no word end inside: nothing to reuse
+            return self.count_text(self.text[start:end])
+        first, last = self.word_ends[i], self.word_ends[j]
+        middle = self.tokens_before[j] - self.tokens_before[i]
+        return self.piece(self.text[start:first]) + middle + self.piece(self.text[last:end])
+
+    def piece(self, text: str) -> int:
+        """``count(text)``; short pieces (mostly a word or its punctuation: "The", ". ") are cached."""
+        if len(text) > _SMALL_PIECE_CACHE_CHARS:
+            return self.count_text(text)
+        n = self.cache.get(text)
+        if n is None:
+            if len(self.cache) >= _SMALL_PIECE_CACHE_SIZE:
+                self.cache.clear()
+            n = self.cache[text] = self.count_text(text)
+        return n
+
+
+@functools.cache
+def _word_end_tables():
+    r"""Per code point: certainly a letter (``\p{L}``), certainly not one, for word ends.
+
+    Letters: ASCII, CJK Unified Ideographs, Hiragana and Katakana letters -- Lo or
+    L& in every Unicode version. Non-letters: ASCII non-letters, the ideographic
+    space, CJK punctuation and brackets, fullwidth ``！（），：；？``. Everything
+    else is neither, so no word end is placed next to it.
+    """
+    import numpy as np
+
+    letter = np.zeros(sys.maxunicode + 1, dtype=bool)
+    non_letter = np.zeros(sys.maxunicode + 1, dtype=bool)
+    letter[ord("A") : ord("Z") + 1] = letter[ord("a") : ord("z") + 1] = True
+    letter[0x4E00:0xA000] = True  # CJK Unified Ideographs (complete since Unicode 14)
+    letter[0x3041:0x3097] = True  # Hiragana letters
+    letter[0x30A1:0x30FB] = True  # Katakana letters
+    non_letter[:0x80] = ~letter[:0x80]
+    non_letter[0x3000:0x3004] = True  # ideographic space, 、。〃
+    non_letter[0x3008:0x3012] = True  # 〈〉《》「」『』【】
+    non_letter[[0xFF01, 0xFF08, 0xFF09, 0xFF0C, 0xFF1A, 0xFF1B, 0xFF1F]] = True
+    return letter, non_letter
 
 
 def load_offline_encoding(encoding_name: str):

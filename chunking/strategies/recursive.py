@@ -23,6 +23,11 @@ Where we differ from the reference, on purpose:
   counts of its pieces, which is only an estimate of the joined text.
 * A piece of exactly ``chunk_token_size`` tokens is kept whole (the reference
   recurses on ``>=``, which only makes chunks smaller for no gain).
+
+Counting: every count is of a span of the input, so the input is tokenized once
+and pieces, windows and overlaps are counted from that encoding
+(``chunking.tokenizers.span_counter``; exact, and with a tokenizer that offers no
+such index each span is encoded on its own).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import Tokenizer, count_many, count_tokens
+from chunking.tokenizers import Tokenizer, span_counter
 
 # LightRAG's pipeline default. English ". ? !" are left out on purpose: they
 # would split numbers like 0.95.
@@ -103,12 +108,13 @@ class _RecursiveSplitter:
         self.tokenizer = tokenizer
         self.cap = cap
         self.overlap = overlap
-
-    def count(self, start: int, end: int) -> int:
-        return count_tokens(self.tokenizer, self.text[start:end])
+        # Exact span counts; with tiktoken, answered from one encoding of the text
+        # instead of re-encoding every piece, window and overlap.
+        self.count = span_counter(tokenizer, text)
 
     def count_pieces(self, pieces: list[tuple[int, int]]) -> list[int]:
-        return count_many(self.tokenizer, [self.text[s:e] for s, e in pieces])
+        count = self.count
+        return [count(s, e) for s, e in pieces]
 
     def split(self, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
         separator, finer = self.choose_separator(start, end, separators)
@@ -160,8 +166,7 @@ class _RecursiveSplitter:
         start, end = self.strip(start, end)
         if start == end:
             return None
-        body = self.text[start:end]
-        return Span(start, end, body, count_tokens(self.tokenizer, body) if tokens is None else tokens)
+        return Span(start, end, self.text[start:end], self.count(start, end) if tokens is None else tokens)
 
     def merge(self, pieces: list[tuple[int, int, int]]) -> list[Span]:
         """Greedy packing of consecutive pieces, each already within the cap.

@@ -45,8 +45,11 @@ Where we differ from the seed's reference, on purpose:
 * The semantic overlap never copies the whole next chunk (a next chunk no longer
   than the overlap target is left out), and a chunk whose exact count ends above
   the cap after overlap (BPE merges across a join) gives the overlap back.
-* Token counts are counted once per sentence span and once per final chunk; the
-  accumulator sums span counts instead of re-tokenizing itself. Inside the
+* The document is tokenized once: sentence spans, chunks and verbatim overlaps
+  are counted from that one encoding (``chunking.tokenizers.span_counter``,
+  exact; any other tokenizer counts each span once). The accumulator sums span
+  counts instead of re-tokenizing itself; only text that is not verbatim source
+  (a page join, a non-contiguous overlap) is encoded again. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
 * The midpoint overlap is taken once per boundary-less run: pieces of a
@@ -61,7 +64,6 @@ import re
 import bisect
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,7 +76,7 @@ from chunking.segmenter import (
     sentence_spans,
 )
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_many, count_tokens
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_tokens, span_counter
 
 FIGURE = re.compile(r"<figure\b.*?</figure\s*>", re.IGNORECASE | re.DOTALL)
 # A line that opens a heading or list item: never glued to the previous page.
@@ -170,14 +172,20 @@ class _Splitter:
         self.cap = config.max_tokens_per_section
         self.endings = frozenset(config.sentence_endings)
         self.breaks = frozenset(config.word_breaks)
+        # Exact counts of source spans; with tiktoken, answered from one encoding
+        # of the document instead of encoding each sentence and then each chunk.
+        self.count_span = span_counter(self.tokenizer, text)
 
     # -- counting --------------------------------------------------------------------
 
     def count(self, text: str) -> int:
         return count_tokens(self.tokenizer, text)
 
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        return count_many(self.tokenizer, texts)
+    def count_at(self, text: str, start: int) -> int:
+        """``count(text)``, from the source spans when ``text`` is verbatim at ``start``."""
+        if self.text.startswith(text, start):
+            return self.count_span(start, start + len(text))
+        return self.count(text)
 
     def tokens_within_cap(self, start: int, end: int, density: float = 0.0) -> tuple[int | None, float]:
         """The span's token count if it is within the cap (else ``None``), and its tokens per char.
@@ -190,10 +198,10 @@ class _Splitter:
         if density * length >= 2 * self.cap:
             return None, density
         if length > 32 * self.cap:
-            probe = self.count(self.text[start : start + 16 * self.cap])
+            probe = self.count_span(start, start + 16 * self.cap)
             if probe > self.cap:
                 return None, probe / (16 * self.cap)
-        tokens = self.count(self.text[start:end])
+        tokens = self.count_span(start, end)
         return (tokens if tokens <= self.cap else None), tokens / max(length, 1)
 
     # -- units -----------------------------------------------------------------------
@@ -207,9 +215,9 @@ class _Splitter:
             spans.append((match.start(), match.end(), True))
             at = match.end()
         spans.extend((s, e, False) for s, e in self.sentences(at, end))
-        counts = self.count_many([self.text[s:e] for s, e, _ in spans])
         units: list[Unit] = []
-        for (s, e, is_figure), n in zip(spans, counts):
+        for s, e, is_figure in spans:
+            n = self.count_span(s, e)
             if is_figure or n <= self.cap:
                 units.append(Unit(s, e, page, n, is_figure))
                 continue
@@ -235,7 +243,7 @@ class _Splitter:
         """
         tokens, density = self.tokens_within_cap(start, end, density)
         if tokens is not None or end - start <= 1:
-            return [(start, end, self.count(self.text[start:end]) if tokens is None else tokens)]
+            return [(start, end, self.count_span(start, end) if tokens is None else tokens)]
         length = end - start
         middle = start + length // 2
         lo, hi = start + length // 3, end - length // 3
@@ -412,16 +420,27 @@ class _Splitter:
             sentence_end = start + len(text[start:end].rstrip())
             if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
                 return text[:sentence_end]
-        for i in range(target, reach):
-            if text[i] in self.breaks:
-                return text[:i].rstrip()
+        first_break = self.break_char_pattern.search(text, target, reach)
+        if first_break is not None:
+            return text[: first_break.start()].rstrip()
         return self.trim_partial_word(text[:target])
 
     def trim_partial_word(self, text: str) -> str:
-        for i in range(len(text) - 1, -1, -1):
-            if text[i] in self.breaks:
-                return text[:i].rstrip()
-        return ""
+        """``text`` up to its last word break (excluded), right-trimmed; ``""`` without one."""
+        through_last_break = self.through_last_break_pattern.match(text)
+        if through_last_break is None:
+            return ""
+        return text[: through_last_break.end() - 1].rstrip()
+
+    @cached_property
+    def break_char_pattern(self) -> re.Pattern[str]:
+        # One character of ``self.breaks`` (as ``c in self.breaks`` tests a character).
+        chars = sorted(c for c in self.breaks if len(c) == 1)
+        return re.compile("[" + "".join(re.escape(c) for c in chars) + "]" if chars else "(?!)")
+
+    @cached_property
+    def through_last_break_pattern(self) -> re.Pattern[str]:
+        return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
     def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
@@ -429,7 +448,7 @@ class _Splitter:
         room_chars = self.config.soft_limit - len(current.text) - len(joiner)
         room_tokens = self.cap - current.tokens - (1 if joiner else 0)
         while prefix:
-            if len(prefix) <= room_chars and self.count(prefix) <= room_tokens:
+            if len(prefix) <= room_chars and self.count_at(prefix, self.text_start(following)) <= room_tokens:
                 current.overlap = joiner + prefix
                 current.overlap_end = self.source_end_of_prefix(following, prefix)
                 return
@@ -453,20 +472,18 @@ class _Splitter:
     # -- output ----------------------------------------------------------------------
 
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
-        texts = [d.text + d.overlap for d in drafts]
-        # A draft that is one unmodified unit was counted already.
-        known = [
-            d.units[0].tokens if len(d.units) == 1 and text == self.text[d.units[0].start : d.units[0].end] else None
-            for d, text in zip(drafts, texts)
-        ]
-        fresh = iter(self.count_many([t for t, k in zip(texts, known) if k is None]))
-        counts = [k if k is not None else next(fresh) for k in known]
         chunks: list[Chunk] = []
-        for draft, text, tokens in zip(drafts, texts, counts):
+        for draft in drafts:
+            text = draft.text + draft.overlap
+            first = draft.units[0]
+            if len(draft.units) == 1 and len(text) == first.end - first.start and self.text.startswith(text, first.start):
+                tokens = first.tokens  # one unmodified unit: counted already
+            else:
+                tokens = self.count_at(text, self.text_start(draft))
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
-                text, tokens = draft.text, self.count(draft.text)
+                text, tokens = draft.text, self.count_at(draft.text, self.text_start(draft))
             if tokens > self.cap and not draft.figure:
                 chunks.extend(self.resplit(doc, draft))
                 continue
@@ -483,6 +500,12 @@ class _Splitter:
                 if self.assemble(piece):
                     out.append(self.make_chunk(doc, piece, piece.text, self.count(piece.text)))
         return out
+
+    def text_start(self, draft: _Draft) -> int:
+        """Where ``draft.text`` starts in the source when it is verbatim (its first unit, trimmed)."""
+        first = draft.units[0]
+        raw = self.text[first.start : first.end]
+        return first.end - len(raw.lstrip())
 
     def make_chunk(self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int) -> Chunk:
         first, last = draft.units[0], draft.units[-1]

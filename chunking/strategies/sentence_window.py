@@ -17,7 +17,9 @@ Invariants a caller relies on::
 Chunks are whitespace-trimmed, in document order, and together cover every
 non-whitespace character. Sizes are exact tokens of the tokenizer argument
 (``unit="tokens"``), characters (``unit="chars"``), or ceil(chars/4) when
-``estimate`` is chosen, as the service seed does.
+``estimate`` is chosen, as the service seed does. The document is tokenized
+once: sentence and chunk sizes are counts of source spans, answered from that
+one encoding (``chunking.tokenizers.span_counter``).
 
 Where we differ from the seeds, on purpose:
 
@@ -48,7 +50,7 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
-from chunking.tokenizers import CharTokenizer, EstimateTokenizer, Tokenizer, count_many
+from chunking.tokenizers import CharTokenizer, EstimateTokenizer, SpanCount, Tokenizer, span_counter
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ADR-003: 3000-char target, 20% overlap, 500..5000 chars.
@@ -112,11 +114,12 @@ class SentenceWindowConfig(BaseModel):
 def chunk_sentence_window(
     doc: ParsedDocument, config: SentenceWindowConfig, tokenizer: Tokenizer, embedder: object = None
 ) -> list[Chunk]:
-    spans = window_spans(doc.text, config, tokenizer)
-    counts = _token_counts([doc.text[s:e] for s, e in spans], tokenizer, config.estimate)
+    count = _estimate_counter if config.estimate else span_counter(tokenizer, doc.text)
+    spans = window_spans(doc.text, config, tokenizer, count if config.unit == "tokens" else None)
     cap = config.token_cap
     chunks: list[Chunk] = []
-    for (start, end), n in zip(spans, counts):
+    for start, end in spans:
+        n = count(start, end)
         if cap is not None and n > cap:
             # Sentence sizes summed within the cap but BPE counts the joined text
             # higher (rare): re-split that window so the cap stays a guarantee.
@@ -127,10 +130,16 @@ def chunk_sentence_window(
     return attach_provenance(doc, chunks)
 
 
-def window_spans(text: str, config: SentenceWindowConfig, tokenizer: Tokenizer) -> list[tuple[int, int]]:
-    """``(start, end)`` of each chunk: whitespace-trimmed runs of whole sentences."""
+def window_spans(
+    text: str, config: SentenceWindowConfig, tokenizer: Tokenizer, count: SpanCount | None = None
+) -> list[tuple[int, int]]:
+    """``(start, end)`` of each chunk: whitespace-trimmed runs of whole sentences.
+
+    ``count(start, end)``, when given, must measure ``text[start:end]`` as the
+    config's unit does (the caller's span counter, shared to tokenize once).
+    """
     measure = _measuring_tokenizer(config, tokenizer)
-    units = _units(text, config, measure)
+    units = _units(text, config, measure, count or span_counter(measure, text))
     windows = _group(units, config)
     windows = _merge_small(windows, units, config)
     return [span for span in (_trim(text, units[a][0], units[b - 1][1]) for a, b in windows) if span[1] > span[0]]
@@ -142,31 +151,25 @@ def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> 
     return EstimateTokenizer() if config.estimate else tokenizer
 
 
-def _units(text: str, config: SentenceWindowConfig, measure: Tokenizer) -> list[tuple[int, int, int]]:
+def _units(
+    text: str, config: SentenceWindowConfig, measure: Tokenizer, count: SpanCount
+) -> list[tuple[int, int, int]]:
     """Sentences as ``(start, end, size)``, oversized ones split unless allowed."""
-    spans = sentence_spans(text)
-    # A huge sentence whose prefix is already over the max needs no full count
-    # when it is going to be split anyway (the 2 MB one-line file).
-    provably_over = [
-        not config.allow_oversize_sentences
-        and e - s > 32 * config.max_size
-        and count_many(measure, [text[s : s + 16 * config.max_size]])[0] > config.max_size
-        for s, e in spans
-    ]
-    counted = iter(_sizes([text[s:e] for (s, e), over in zip(spans, provably_over) if not over], measure))
+    max_size, split_oversize = config.max_size, not config.allow_oversize_sentences
     units: list[tuple[int, int, int]] = []
-    for (start, end), over in zip(spans, provably_over):
-        size = config.max_size + 1 if over else next(counted)
-        if size <= config.max_size or config.allow_oversize_sentences:
+    for start, end in sentence_spans(text):
+        # A huge sentence whose prefix is already over the max needs no full count
+        # when it is going to be split anyway (the 2 MB one-line file).
+        if split_oversize and end - start > 32 * max_size and count(start, start + 16 * max_size) > max_size:
+            size = max_size + 1
+        else:
+            size = count(start, end)
+        if size <= max_size or not split_oversize:
             units.append((start, end, size))
             continue
         pieces = split_recursive(text[start:end], measure, config.max_size, 0, CJK_SEPARATORS)
         units.extend((start + p.start, start + p.end, p.tokens) for p in pieces)
     return units
-
-
-def _sizes(texts: list[str], measure: Tokenizer) -> list[int]:
-    return count_many(measure, texts)
 
 
 def _group(units: list[tuple[int, int, int]], config: SentenceWindowConfig) -> list[tuple[int, int]]:
@@ -219,10 +222,8 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _token_counts(texts: list[str], tokenizer: Tokenizer, estimate: bool) -> list[int]:
-    if estimate:
-        return [math.ceil(len(t) / 4) for t in texts]
-    return _sizes(texts, tokenizer)
+def _estimate_counter(start: int, end: int) -> int:
+    return math.ceil((end - start) / 4)
 
 
 SPEC = StrategySpec(

@@ -223,3 +223,63 @@ def test_repeated_text_offsets_are_not_confused():
     text = "\n\n".join(["same paragraph text"] * 6)
     spans = split_recursive(text, CHAR, 20, 0)
     assert [s.start for s in spans] == [m.start() for m in re.finditer("same paragraph text", text)]
+
+
+# -- exact span counts from one encoding (chunking.tokenizers.span_counter) ----------
+
+_SPAN_PIECES = st.sampled_from(
+    ["word", " Word", "The", " the", "'s", "'ll", "don't", ".", ". ", "!", "?", ",", " ", "  ", "\n", "\n\n", "\r\n",
+     "\t", "12", "12345", "0.95", "中文", "。", "，", "日本語の", "é", "naïve", "😀", "x\u0301", "ǅ", "\u00a0", "\u3000",
+     "<|endoftext|>", "__init__", "os.path", "()", "{}", "->", "    ", "Dr.", "a"]
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(pieces=st.lists(_SPAN_PIECES, min_size=1, max_size=400), cuts=st.lists(st.integers(0, 10**6), min_size=2, max_size=40))
+def test_property_span_counter_is_exact_for_any_span(cl100k, pieces, cuts):
+    from chunking.tokenizers import span_counter
+
+    # Long enough (and with enough ASCII word ends) for the one-encoding index to be used.
+    text = "".join(pieces) + " Filler words end this text." * 160
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "word_ends"), "the index-backed counter is what this test exercises"
+    positions = sorted(c % (len(text) + 1) for c in cuts)
+    for start, end in zip(positions, positions[1:]):
+        assert count(start, end) == len(cl100k.encode(text[start:end])), (start, end)
+    for start in positions:  # spans of every length from the same start, incl. whole words
+        for end in (start + 1, start + 7, start + 60, start + 500, len(text)):
+            end = min(end, len(text))
+            assert count(start, end) == len(cl100k.encode(text[start:end]))
+
+
+def test_span_counter_falls_back_where_one_encoding_cannot_help(cl100k):
+    from chunking.tokenizers import span_counter
+
+    assert not hasattr(span_counter(cl100k, "x" * 20_000), "word_ends"), "one 20k letter run: nothing to reuse"
+    assert not hasattr(span_counter(cl100k, "Short text."), "word_ends")
+    lone_surrogate = "Text with a broken \ud800 character. " * 200
+    count = span_counter(cl100k, lone_surrogate)
+    assert count(0, 40) == len(cl100k.encode(lone_surrogate[:40]))
+    assert span_counter(CHAR, "abcdef")(1, 4) == 3
+
+
+def test_span_counter_works_with_any_encode_decode_tokenizer():
+    from chunking.tokenizers import span_counter
+
+    class WordTokenizer:  # a plain protocol implementation: no count, no span_counter
+        def encode(self, text):
+            return [len(w) for w in text.split()]
+
+        def decode(self, tokens):
+            return " ".join("x" * n for n in tokens)
+
+    text = "one two  three four"
+    assert span_counter(WordTokenizer(), text)(4, 15) == 2
+    spans = split_recursive(PARAGRAPHS, WordTokenizer(), 30, 5)
+    assert all(s.tokens == len(WordTokenizer().encode(s.text)) <= 30 for s in spans)
+
+
+def test_tiktoken_encode_is_the_special_token_free_encoding(cl100k):
+    text = "Before <|endoftext|> after <|fim_prefix|> and 0.95 ünïcödé 中文 😀"
+    assert cl100k.encode(text) == cl100k._encoding.encode(text, disallowed_special=())
+    assert cl100k.count(text) == len(cl100k._encoding.encode(text, disallowed_special=()))

@@ -245,3 +245,27 @@ def test_real_pdf_with_mid_sentence_page_breaks(tiktoken_tokenizer):
     text = "".join(c.text for c in chunks)
     remaining = iter(re.sub(r"\s+", "", text))
     assert all(ch in remaining for ch in re.sub(r"\s+", "", doc.text))  # nothing dropped, order kept
+
+
+# -- the segmenter's vectorised scan of long texts ------------------------------------
+
+_SEGMENT_PIECES = [
+    "Dr. Smith", " e.g. ", "U.S. The", "0.95", " approx. five", "wait... and", "End.", "Really?!", " “Quoted.” ",
+    "(Note.) ", "中文。", "日本語！", "「引用。」", "\n\n", "\n \n", " ", "\t", "J. ", "no. 5", "Inc. Board",
+    "os.path", "…", "‼", "word", " Word", "\u00a0", "\u3000", "😀", "\x1c",
+]  # fmt: skip
+
+
+def test_long_texts_are_segmented_exactly_as_by_the_regex_scan(monkeypatch):
+    import random
+
+    import chunking.segmenter as segmenter
+
+    rng = random.Random(4)
+    texts = ["".join(rng.choice(_SEGMENT_PIECES) for _ in range(rng.randrange(1, 3000))) for _ in range(30)]
+    texts += ["Plain sentence one. " * 400, "x" * 9000 + ". Tail", "。" * 5000, ".\n\n" * 3000]
+    vectorised = [segmenter.sentence_spans(t) for t in texts]
+    monkeypatch.setattr(segmenter, "_VECTOR_SCAN_CHARS", float("inf"))  # the regex scan, for every length
+    for text, spans in zip(texts, vectorised):
+        assert spans == segmenter.sentence_spans(text)
+        assert "".join(text[s:e] for s, e in spans) == text
