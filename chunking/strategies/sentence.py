@@ -570,4 +570,5 @@ SPEC = StrategySpec(
     config_model=SentenceConfig,
     chunk=chunk_sentence,
     description="Azure SentenceTextSplitter: page-aware sentences under a 500-token cap and 1000-char soft budget, atomic figures, cross-page repair, 10% look-ahead overlap.",
+    atomic_markup=("figure",),
 )
