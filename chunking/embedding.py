@@ -49,6 +49,8 @@ class SentenceTransformerEmbedder:
       Vectors agree with float32 to cosine > 0.999. On a CPU without native
       bfloat16 this is slower, so float32 is the default.
     * ``num_threads`` sets torch's intra-op threads (process-wide: torch has one pool).
+      On a host whose cores are busy with other work, 2 threads on 2 cores ran up
+      to 2x slower than 1 (the threads wait for each other at every operator).
     * For the common layout (transformer, mean pooling, optional normalisation)
       ``embed`` tokenizes once, sorts texts by token length and batches
       neighbours, so padding stays near zero, then pools itself; any other layout
@@ -56,10 +58,13 @@ class SentenceTransformerEmbedder:
       A batch holds ``batch_size`` texts or, with ``batch_tokens``, as many as fit
       that many padded tokens. Output order is input order.
 
-    Measured on the 2-core AMX host (bench/bench_semantic.py): bfloat16 about 2.3x
-    float32; ONNX Runtime (torch-exported, graph-optimised) was 3.3x slower than
-    bfloat16 in float32 and 1.7x slower in dynamic int8, with int8 vectors only
-    at cosine 0.80 to float32, so there is no ONNX backend.
+    Measured on the 2-core AMX host (one thread, CPU time, 467 corpus sentences):
+    bfloat16 2.2x faster than float32. Tried and left out: ONNX Runtime (the
+    sentence-transformers backend needs optimum-onnx, which downgrades
+    transformers below 5; a torch export with ORT's BERT fusions ran 3.3x slower
+    than bfloat16 in float32 and 1.7x slower in dynamic int8, whose vectors were
+    only at cosine 0.80), torch dynamic int8 (slower than float32), oneDNN
+    prepacked linears and torch.compile (no clear gain; a minute to compile).
     """
 
     PRECISIONS = ("float32", "bfloat16")
@@ -113,6 +118,8 @@ class SentenceTransformerEmbedder:
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
         self._bf16_transformer = None
+        if precision == "bfloat16" and self._mean_pooled is not None:
+            self._bfloat16_transformer()  # cast once now rather than inside the first embed()
 
     def count_model_tokens(self, text: str) -> int:
         """Word pieces the model sees for ``text`` (special tokens included)."""
@@ -142,16 +149,19 @@ class SentenceTransformerEmbedder:
             return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _bfloat16_transformer(self):
+        if self._bf16_transformer is None:
+            import copy
+
+            import torch
+
+            self._bf16_transformer = copy.deepcopy(self._mean_pooled).to(torch.bfloat16)
+        return self._bf16_transformer
+
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:
         import torch
 
-        transformer = self._mean_pooled
-        if self.precision == "bfloat16":
-            if self._bf16_transformer is None:
-                import copy
-
-                self._bf16_transformer = copy.deepcopy(transformer).to(torch.bfloat16)
-            transformer = self._bf16_transformer
+        transformer = self._bfloat16_transformer() if self.precision == "bfloat16" else self._mean_pooled
         tokenizer = self._model.tokenizer
         ids = tokenizer(
             texts,

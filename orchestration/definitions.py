@@ -45,7 +45,10 @@ def build_project(settings: Settings) -> Project:
     if unknown:
         raise ValueError(f"settings configure strategies that are not enabled or not registered: {sorted(unknown)}")
     embedding = EmbeddingModelResource(
-        model=settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
+        model=settings.embedding_model,
+        device=settings.embedding_device,
+        batch_size=settings.embedding_batch_size,
+        precision=settings.embedding_precision,
     )
     strategy_assets = []
     config_hashes: dict[str, str] = {}

@@ -35,6 +35,7 @@ class Settings(BaseModel):
     embedding_model: str = DEFAULT_MODEL
     embedding_batch_size: int = Field(64, ge=1)
     embedding_device: str = "cpu"
+    embedding_precision: str = "float32"
     # None: every registered strategy.
     enabled_strategies: list[str] | None = None
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -11,9 +11,11 @@ from chunking.embedding import DEFAULT_MODEL, SentenceTransformerEmbedder
 
 
 @lru_cache(maxsize=4)
-def _load(model: str, device: str, batch_size: int, normalize: bool) -> SentenceTransformerEmbedder:
+def _load(model: str, device: str, batch_size: int, normalize: bool, precision: str) -> SentenceTransformerEmbedder:
     # Loading weights takes seconds: once per process and configuration.
-    return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size, normalize=normalize)
+    return SentenceTransformerEmbedder(
+        model, device=device, batch_size=batch_size, normalize=normalize, precision=precision
+    )
 
 
 class EmbeddingModelResource(ConfigurableResource):
@@ -23,14 +25,19 @@ class EmbeddingModelResource(ConfigurableResource):
     device: str = Field(default="cpu", description="torch device.")
     batch_size: int = Field(default=64, ge=1)
     normalize: bool = Field(default=True, description="L2-normalise vectors (cosine = dot product).")
+    precision: str = Field(
+        default="float32",
+        description="float32, or bfloat16 (about 2x faster on CPUs with AMX; cosine to float32 > 0.999).",
+    )
 
     def get_embedder(self) -> SentenceTransformerEmbedder:
-        return _load(self.model, self.device, self.batch_size, self.normalize)
+        return _load(self.model, self.device, self.batch_size, self.normalize, self.precision)
 
     @property
     def model_id(self) -> str:
-        # The cache key: a different normalisation gives different vectors.
-        return f"{self.model}{'' if self.normalize else ':raw'}"
+        # The cache key: normalisation and precision both change the vectors.
+        suffix = ("" if self.normalize else ":raw") + ("" if self.precision == "float32" else f":{self.precision}")
+        return f"{self.model}{suffix}"
 
     @property
     def dimension(self) -> int:

@@ -193,6 +193,9 @@ def chunking_by_semantic_vector(
         sentence_split_regex=sentence_split_regex,
         min_chunk_size=min_chunk_size,
         chunk_overlap_token_size=0,
+        # The reference re-embeds centred windows; chunkyard's faster defaults differ.
+        window_mode="reembed",
+        window_shape="centered",
     )
     return [
         {"tokens": s.tokens, "content": s.text, "chunk_order_index": i, "_source_span": {"start": s.start, "end": s.end}}

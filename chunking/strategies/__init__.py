@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from chunking.embedding import Embedder
 from chunking.model import Chunk, ParsedDocument
@@ -43,6 +43,32 @@ class StrategySpec:
         return self.config_model.model_validate(values or {})
 
 
+class TokenBudgetConfig(BaseModel):
+    """Base of the configs with a hard token cap and a token overlap below it.
+
+    Subclasses declare ``chunk_token_size`` and ``chunk_overlap_token_size`` with
+    their seed's defaults; the invariant and the cap live here once.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chunk_token_size: int
+    chunk_overlap_token_size: int
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> "TokenBudgetConfig":
+        if self.chunk_overlap_token_size >= self.chunk_token_size:
+            raise ValueError(
+                f"chunk_overlap_token_size ({self.chunk_overlap_token_size}) must be smaller "
+                f"than chunk_token_size ({self.chunk_token_size})"
+            )
+        return self
+
+    @property
+    def token_cap(self) -> int:
+        return self.chunk_token_size
+
+
 # name -> module path. Order is the order assets and summaries are listed in.
 _MODULES: dict[str, str] = {
     "recursive": "chunking.strategies.recursive",
@@ -50,6 +76,7 @@ _MODULES: dict[str, str] = {
     "simple": "chunking.strategies.simple",
     "sentence_window": "chunking.strategies.sentence_window",
     "paragraph": "chunking.strategies.paragraph",
+    "semantic": "chunking.strategies.semantic",
 }
 
 

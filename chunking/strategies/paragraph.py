@@ -70,10 +70,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from chunking.model import Block, Chunk, ParsedDocument, attach_provenance
-from chunking.strategies import StrategySpec
+from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
 from chunking.tokenizers import Tokenizer, count_tokens
 
@@ -135,29 +135,14 @@ class Thresholds:
         )
 
 
-class ParagraphConfig(BaseModel):
+class ParagraphConfig(TokenBudgetConfig):
     """Configuration of the ``paragraph`` strategy (LightRAG P defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     chunk_token_size: int = Field(2000, ge=1, description="N: the hard cap per chunk; every threshold derives from it.")
     chunk_overlap_token_size: int = Field(
         100, ge=0, description="R overlap inside one over-long content line, and the per-side table bridge budget."
     )
     separators: tuple[str, ...] = Field(CJK_SEPARATORS, description="R cascade for the character-level fallbacks.")
-
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> "ParagraphConfig":
-        if self.chunk_overlap_token_size >= self.chunk_token_size:
-            raise ValueError(
-                f"chunk_overlap_token_size ({self.chunk_overlap_token_size}) must be smaller "
-                f"than chunk_token_size ({self.chunk_token_size})"
-            )
-        return self
-
-    @property
-    def token_cap(self) -> int:
-        return self.chunk_token_size
 
     @property
     def thresholds(self) -> Thresholds:

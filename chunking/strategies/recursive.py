@@ -35,10 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
-from chunking.strategies import StrategySpec
+from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.tokenizers import Tokenizer, span_counter
 
 # LightRAG's pipeline default. English ". ? !" are left out on purpose: they
@@ -48,27 +48,12 @@ CJK_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", "！", "？", "；", "�
 PLAIN_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
 
 
-class RecursiveConfig(BaseModel):
+class RecursiveConfig(TokenBudgetConfig):
     """Configuration of the ``recursive`` strategy (LightRAG R defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     chunk_token_size: int = Field(1200, ge=1, description="Hard cap on tokens per chunk.")
     chunk_overlap_token_size: int = Field(100, ge=0, description="Tokens shared by adjacent chunks, at most.")
     separators: tuple[str, ...] = Field(CJK_SEPARATORS, description="Cascade, strongest boundary first.")
-
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> "RecursiveConfig":
-        if self.chunk_overlap_token_size >= self.chunk_token_size:
-            raise ValueError(
-                f"chunk_overlap_token_size ({self.chunk_overlap_token_size}) must be smaller "
-                f"than chunk_token_size ({self.chunk_token_size})"
-            )
-        return self
-
-    @property
-    def token_cap(self) -> int:
-        return self.chunk_token_size
 
 
 @dataclass(frozen=True)

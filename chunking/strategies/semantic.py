@@ -5,8 +5,9 @@ seeds/paragraph-semantic-chunking.md (LightRAG's ``chunking_by_semantic_vector``
 itself LangChain's ``SemanticChunker``):
 
 1. Units: sentences from the shared segmenter (or ``sentence_split_regex``),
-   whitespace-trimmed. A single-line ``<table ...>...</table>`` (or ``<table .../>``)
-   paragraph is one unit, so a table is never cut.
+   whitespace-trimmed. A ``<table ...>...</table>`` element (or ``<table .../>``)
+   is one unit, so a table is never cut while it fits the cap; a table above the
+   cap is re-split by R and its pieces carry ``metadata["table_fragment"]``.
 2. Windows: ``window_shape="gap"`` compares, at the gap between unit ``i`` and
    ``i + 1``, the ``buffer_size + 1`` units ending at the gap with the
    ``buffer_size + 1`` units starting after it; ``"centered"`` (the reference)
@@ -29,8 +30,8 @@ itself LangChain's ``SemanticChunker``):
    pieces (before the ``min_chunk_size`` merge, so no stray remainder is left); a
    single unit above the cap (a 500-word sentence, a big table) is re-split by R
    (``split_recursive``, no overlap). No overlap anywhere else.
-7. No embedding function: R on the whole text (with ``chunk_overlap_token_size``,
-   R's own default 100), with a logged warning.
+7. No embedding function: R on the whole text with a logged warning, without
+   overlap as V has none (``chunk_overlap_token_size`` sets one).
 
 The invariant a caller relies on::
 
@@ -38,7 +39,7 @@ The invariant a caller relies on::
         text[s.start:s.end] == s.text and s.tokens <= cap
 
 Spans are whitespace-trimmed, in document order, do not overlap, and together
-cover every non-whitespace character of ``text`` (the R fallback overlaps, as R does).
+cover every non-whitespace character of ``text`` (a fallback given an overlap overlaps).
 
 Where we differ from the reference, on purpose:
 
@@ -101,8 +102,7 @@ BREAKPOINT_DEFAULTS: dict[str, float] = {
     "gradient": 95.0,
 }
 
-# A table the parsers inline as one line of its own (LightRAG's sidecar convention).
-_TABLE_LINE = re.compile(r"^[ \t]*<table\b[^\n]*?(?:</table>|/>)[ \t]*$", re.MULTILINE)
+_TABLE_TAG = re.compile(r"<(/?)table\b[^>]*?(/?)>", re.IGNORECASE)
 
 
 class SemanticConfig(BaseModel):
@@ -127,7 +127,7 @@ class SemanticConfig(BaseModel):
     sentence_split_regex: str | None = Field(
         None, description="Split sentences on this regex instead of the shared segmenter."
     )
-    chunk_overlap_token_size: int = Field(100, ge=0, description="Overlap of the R fallback only (no model).")
+    chunk_overlap_token_size: int = Field(0, ge=0, description="Overlap of the R fallback only (no model).")
 
     @field_validator("sentence_split_regex")
     @classmethod
@@ -169,7 +169,7 @@ def split_semantic(
     min_chunk_size: int | None = None,
     window_mode: WindowMode = "combine",
     window_shape: WindowShape = "gap",
-    chunk_overlap_token_size: int = 100,
+    chunk_overlap_token_size: int = 0,
 ) -> list[Span]:
     """Split ``text`` at semantic breakpoints into spans of at most ``chunk_token_size`` tokens.
 
@@ -201,7 +201,7 @@ def split_semantic(
     groups = fit_groups_to_cap(_groups(len(units), breaks), sizes, chunk_token_size)
     if min_chunk_size is not None:
         groups = merge_small_groups(groups, sizes, distances, min_chunk_size, chunk_token_size)
-    return _GroupEmitter(text, units, tokenizer, chunk_token_size).emit_all(groups)
+    return _GroupEmitter(text, units, sizes, tokenizer, chunk_token_size).emit_all(groups)
 
 
 # --- units ---------------------------------------------------------------------
@@ -212,12 +212,33 @@ def sentence_units(text: str, sentence_split_regex: str | None = None) -> list[t
     pattern = _compile_sentence_regex(sentence_split_regex) if sentence_split_regex is not None else None
     units: list[tuple[int, int]] = []
     pos = 0
-    for table in _TABLE_LINE.finditer(text):
-        units.extend(_sentences_in(text, pos, table.start(), pattern))
-        units.extend(_trimmed(text, [(table.start(), table.end())]))
-        pos = table.end()
+    for start, end in table_regions(text):
+        units.extend(_sentences_in(text, pos, start, pattern))
+        units.append((start, end))
+        pos = end
     units.extend(_sentences_in(text, pos, len(text), pattern))
     return units
+
+
+def table_regions(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each outermost balanced ``<table ...>...</table>`` element
+    (or self-closing ``<table .../>``), in order. An unclosed table is not a region."""
+    regions: list[tuple[int, int]] = []
+    depth, opened = 0, 0
+    for tag in _TABLE_TAG.finditer(text):
+        closing, self_closing = tag.group(1), tag.group(2)
+        if self_closing:
+            if depth == 0:
+                regions.append((tag.start(), tag.end()))
+        elif not closing:
+            if depth == 0:
+                opened = tag.start()
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                regions.append((opened, tag.end()))
+    return regions
 
 
 def _sentences_in(text: str, start: int, end: int, pattern: re.Pattern[str] | None) -> list[tuple[int, int]]:
@@ -480,7 +501,8 @@ def merge_small_groups(
             options.append((float(distances[out[i][0] - 1]), i - 1))
         if i + 1 < len(out):
             options.append((float(distances[out[i][1]]), i + 1))
-        fitting = [(d, j) for d, j in sorted(options) if size((min(out[i][0], out[j][0]), max(out[i][1], out[j][1]))) <= cap]
+        # Neighbours are adjacent, so the merged group spans the pair's outer ends.
+        fitting = [(d, j) for d, j in sorted(options) if size((out[min(i, j)][0], out[max(i, j)][1])) <= cap]
         if not fitting:
             i += 1
             continue
@@ -528,9 +550,10 @@ def fit_groups_to_cap(groups: list[Group], sizes: UnitSizes, cap: int) -> list[G
 class _GroupEmitter:
     """Turns unit groups into spans within the cap, measuring each span's text once."""
 
-    def __init__(self, text: str, units: list[tuple[int, int]], tokenizer: Tokenizer, cap: int):
+    def __init__(self, text: str, units: list[tuple[int, int]], sizes: UnitSizes, tokenizer: Tokenizer, cap: int):
         self.text = text
         self.units = units
+        self.sizes = sizes
         self.tokenizer = tokenizer
         self.cap = cap
 
@@ -548,6 +571,8 @@ class _GroupEmitter:
     def emit(self, first: int, last: int) -> list[Span]:
         """The group's span; when its joined text measures above the cap (BPE across
         the joins, rare), units are given back one at a time into a further span."""
+        if first == last and self.sizes.size(first, first) > self.cap:
+            return self.resplit_unit(first)  # known oversize: no need to measure it again
         out: list[Span] = []
         while first <= last:
             end = last
@@ -561,7 +586,10 @@ class _GroupEmitter:
 
     def resplit_unit(self, i: int) -> list[Span]:
         start, end = self.units[i]
-        logger.debug("semantic: unit at %d-%d exceeds %d tokens; re-split by recursive_character", start, end, self.cap)
+        logger.warning(
+            "semantic: the sentence or table at chars %d-%d exceeds %d tokens; re-split by recursive_character",
+            start, end, self.cap,
+        )  # fmt: skip
         return [
             Span(start + s.start, start + s.end, s.text, s.tokens)
             for s in split_recursive(self.text[start:end], self.tokenizer, self.cap, 0, CJK_SEPARATORS)
@@ -592,11 +620,14 @@ def chunk_semantic(
         window_shape=config.window_shape,
         chunk_overlap_token_size=config.chunk_overlap_token_size,
     )
-    metadata = {} if embed is not None else {"fallback": "recursive_character: no embedding model"}
-    chunks = [
-        Chunk(text=s.text, char_start=s.start, char_end=s.end, token_count=s.tokens, metadata=dict(metadata))
-        for s in spans
-    ]
+    base = {} if embed is not None else {"fallback": "recursive_character: no embedding model"}
+    tables = table_regions(doc.text)
+    chunks = []
+    for s in spans:
+        metadata = dict(base)
+        if any(a < s.end and s.start < b and not (s.start <= a and b <= s.end) for a, b in tables):
+            metadata["table_fragment"] = True  # an R piece of a table above the cap
+        chunks.append(Chunk(text=s.text, char_start=s.start, char_end=s.end, token_count=s.tokens, metadata=metadata))
     return attach_provenance(doc, chunks)
 
 
@@ -606,4 +637,5 @@ SPEC = StrategySpec(
     chunk=chunk_semantic,
     description="LightRAG V: breaks where adjacent sentence-window embeddings diverge; oversize groups re-split by R.",
     needs_embedder=True,
+    atomic_markup=("table",),
 )

@@ -32,6 +32,7 @@ from chunking.strategies.semantic import (
     merge_small_groups,
     sentence_units,
     split_semantic,
+    table_regions,
     threshold_for_chunk_count,
     window_ranges,
 )
@@ -57,7 +58,9 @@ class TopicEmbed:
 
 
 CATS = ["The cat sleeps.", "A cat purrs loudly.", "My cat hunts mice.", "Every cat likes naps.", "The cat is fed."]
-STOCKS = ["The stock rose.", "A stock fell today.", "Each stock moved.", "The stock index closed.", "Stock traders cheered."]
+STOCKS = [
+    "The stock rose.", "A stock fell today.", "Each stock moved.", "The stock index closed.", "Stock traders cheered."
+]  # fmt: skip
 RAIN = ["The rain began.", "Heavy rain fell.", "Rain soaked the town.", "The rain stopped late.", "More rain is due."]
 
 
@@ -117,8 +120,9 @@ def test_combine_embeds_each_sentence_once_and_reembed_embeds_each_window_once()
     s = CATS[:3] + STOCKS[:3]
     assert combine.calls == [s]
     # gap windows: the 2 sentences before each gap and the 2 after it, each distinct window once
-    assert gap.calls == [[s[0], " ".join(s[0:2]), " ".join(s[1:3]), " ".join(s[2:4]), " ".join(s[3:5]), " ".join(s[4:6]), s[5]]]
-    assert centered.calls == [[" ".join(s[0:2]), " ".join(s[0:3]), " ".join(s[1:4]), " ".join(s[2:5]), " ".join(s[3:6]), " ".join(s[4:6])]]
+    joined = lambda a, b: " ".join(s[a:b])
+    assert gap.calls == [[s[0], joined(0, 2), joined(1, 3), joined(2, 4), joined(3, 5), joined(4, 6), s[5]]]
+    assert centered.calls == [[joined(0, 2), joined(0, 3), joined(1, 4), joined(2, 5), joined(3, 6), joined(4, 6)]]
 
 
 def test_window_ranges():
@@ -266,13 +270,15 @@ def test_max_is_enforced_at_sentence_boundaries_on_uniform_text():
     assert [s.text.count(sentence) for s in spans] == [4] * 10  # 4 * 25 - 1 = 99 chars fit, 5 do not
 
 
-def test_a_500_word_sentence_is_re_split_by_r_and_its_neighbours_stay_whole():
-    long_sentence = " ".join(f"word{i}" for i in range(500)) + "."
+def test_a_500_word_sentence_is_re_split_by_r_and_its_neighbours_stay_whole(caplog):
+    long_sentence = "Whereas " + " ".join(f"word{i}" for i in range(500)) + "."
     text = f"{CATS[0]} {long_sentence} {CATS[1]}"
-    spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=300)
+    with caplog.at_level(logging.WARNING, logger="chunking.strategies.semantic"):
+        spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=300)
+    assert f"chars {len(CATS[0]) + 1}-{len(CATS[0]) + 1 + len(long_sentence)} exceeds 300 tokens" in caplog.text
     assert all(s.tokens <= 300 for s in spans)
-    assert spans[0].text.startswith(CATS[0])
-    assert spans[-1].text.endswith(CATS[1])
+    assert spans[0].text == CATS[0]
+    assert spans[-1].text == CATS[1]
     assert "".join(spans_text(spans)).replace(" ", "") == text.replace(" ", "")
     inner = [s for s in spans if "word250" in s.text]
     assert len(inner) == 1 and inner[0].text == text[inner[0].start : inner[0].end]
@@ -289,11 +295,28 @@ def test_tables_are_atomic_units():
         assert not any("<table" in s.text and table not in s.text for s in spans)
 
 
-def test_a_table_above_the_cap_is_cut_by_r_only_then():
+def test_multi_line_and_inline_tables_are_atomic_too():
+    table = "<table>\n<tr><td>The stock. The cat.</td></tr>\n\n<tr><td>x</td></tr>\n</table>"
+    text = f"The cat sleeps. See {table} for more. The stock rose. <table id='t'/> A stock fell."
+    units = [text[s:e] for s, e in sentence_units(text)]
+    assert table in units and "<table id='t'/>" in units
+    assert [text[s:e] for s, e in table_regions("<table>unclosed. <table>a</table>")] == []
+    for cap in (len(table), 120, 1000):
+        spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=cap, buffer_size=0)
+        assert sum(table in s.text for s in spans) == 1
+
+
+def test_a_table_above_the_cap_is_cut_by_r_only_then_and_marked():
     table = "<table>" + "<tr><td>cell</td></tr>" * 30 + "</table>"
-    spans = split_semantic("Intro.\n" + table + "\nOutro.", CHAR, TopicEmbed(), chunk_token_size=200)
+    text = "Intro.\n" + table + "\nOutro."
+    spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=200)
     assert all(s.tokens <= 200 for s in spans)
     assert spans[0].text == "Intro." and spans[-1].text == "Outro."
+    chunks = chunk_semantic(ParsedDocument.from_text(text), SemanticConfig(chunk_token_size=200), CHAR, _embedder())
+    assert [bool(c.metadata.get("table_fragment")) for c in chunks] == [False] + [True] * (len(chunks) - 2) + [False]
+    whole = chunk_semantic(ParsedDocument.from_text(text), SemanticConfig(chunk_token_size=1000), CHAR, _embedder())
+    assert not any(c.metadata.get("table_fragment") for c in whole)
+    assert SPEC.atomic_markup == ("table",)
 
 
 # --- degenerate input ---------------------------------------------------------
@@ -405,6 +428,7 @@ def test_config_defaults_and_validation():
     config = SemanticConfig()
     assert (config.chunk_token_size, config.token_cap, config.buffer_size) == (1200, 1200, 1)
     assert config.breakpoint_threshold_type == "percentile" and config.breakpoint_threshold_amount is None
+    assert (config.window_mode, config.window_shape, config.chunk_overlap_token_size) == ("combine", "gap", 0)
     with pytest.raises(ValidationError, match="percentile in"):
         SemanticConfig(breakpoint_threshold_amount=150)
     with pytest.raises(ValidationError, match="not a valid regular expression"):
@@ -418,10 +442,15 @@ def test_config_defaults_and_validation():
     assert SemanticConfig(breakpoint_threshold_type="standard_deviation", breakpoint_threshold_amount=150)
 
 
-def test_strategy_chunks_a_document_with_provenance():
+def _embedder():
     class Embedder:
         model_id, dimension = "topics", 5
         embed = staticmethod(TopicEmbed())
+
+    return Embedder()
+
+
+def test_strategy_chunks_a_document_with_provenance():
 
     first, second = " ".join(CATS) + "\n\n", " ".join(STOCKS)
     doc = ParsedDocument(
@@ -429,7 +458,7 @@ def test_strategy_chunks_a_document_with_provenance():
         pages=[Page(page_num=0, char_offset=0, text=first), Page(page_num=1, char_offset=len(first), text=second)],
     )  # fmt: skip
     assert SPEC.name == "semantic" and SPEC.needs_embedder and SPEC.config_model is SemanticConfig
-    chunks = SPEC.chunk(doc, SemanticConfig(), CHAR, Embedder())
+    chunks = SPEC.chunk(doc, SemanticConfig(), CHAR, _embedder())
     assert [c.text for c in chunks] == [" ".join(CATS), " ".join(STOCKS)]
     assert [(c.page_start, c.page_end) for c in chunks] == [(0, 0), (1, 1)]
     assert all(doc.text[c.char_start : c.char_end] == c.text and c.token_count == len(c.text) for c in chunks)
