@@ -45,6 +45,11 @@ Where we differ from the reference implementation, on purpose:
   measured only when the estimate is over the limit by less than the join slack.
   Every chunk is then measured once on its final text; a merge found over the
   cap there (a tokenizer breaking the upper-bound assumption) is undone.
+  The lines are laid out in one text as merging joins them, so these counts are
+  mostly spans of one encoding of it (``span_counter``; exact, checked against
+  the text). A one-line block proven over the cap by a lower bound (its UTF-8
+  size over the longest token, or a prefix's count) is not counted at all:
+  it goes to R, which measures it anyway.
 * Row slices are balanced by row tokens, not by row counts, and a multi-row
   header (JSON rows equal to the stored header, HTML ``<thead>`` rows) is never
   cut from the first data row, so a cut never lands inside a header.
@@ -75,7 +80,7 @@ from pydantic import Field
 from chunking.model import Block, Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
-from chunking.tokenizers import Tokenizer, count_tokens
+from chunking.tokenizers import SpanCount, Tokenizer, count_tokens, span_counter
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +98,17 @@ JOIN_SLACK = 2
 # A block of more characters than this times N is probably over N tokens (English
 # runs ~4 characters a token, CJK ~1): its lines are counted instead of the whole.
 LIKELY_OVER_CHARS_PER_TOKEN = 3
+# A one-line block this many characters times N long is first measured on a
+# prefix of that length: when the prefix alone is over N the whole is too, and the
+# block goes to R without a count of its own (R measures it anyway).
+PREFIX_CHARS_PER_TOKEN = 12
 LINE_JOINER = "\n"  # between the paragraphs of one block
 BLOCK_JOINER = "\n\n"  # between merged blocks
 
 NONE, FIRST, MIDDLE, LAST = "none", "first", "middle", "last"
 
 _HEADING_LINE = re.compile(r"^#{1,6} +")
+_WORD_BEFORE_SPACE = re.compile(r"\S(?= )")
 _PART_SUFFIX = re.compile(r"\s*\[part\s+\d+\]\s*$", re.IGNORECASE)
 _LEGACY_PART_SUFFIX = re.compile(r"\s*\[表格片段\d+\]\s*$")
 _TABLE_TAG = re.compile(r"^<table(?P<attrs>\s[^>]*)?>(?P<body>.*)</table>$", re.DOTALL | re.IGNORECASE)
@@ -160,6 +170,7 @@ class Paragraph:
     is_table: bool = False
     role: str = NONE
     table_fragment: bool = False  # an R piece of a table that had to degrade: partial markup by design
+    at: int = -1  # where the line starts in the context's layout text (-1: not laid out)
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,9 @@ class Section:
     """A block between stages: identity, paragraphs, and where it came from.
 
     ``tokens`` is exact when ``pending == 0``; otherwise it is the sum of the parts
-    and their joiners, ``pending`` being the number of joins not yet measured.
+    and their joiners, ``pending`` being the number of joins not yet measured. With
+    ``over_cap`` set it is only a lower bound, above target_max: the block is
+    known to be over the cap and must be split (AnchorSplit does, first thing).
     """
 
     heading: str
@@ -182,6 +195,7 @@ class Section:
     line: int  # the content line it was cut from (PartLabeling numbers per line)
     parts: tuple["Section", ...] = ()  # what a merge joined, to undo it if it overflows
     line_counts: tuple[int, ...] | None = None  # tokens per paragraph, when they were counted
+    over_cap: bool = False  # ``tokens`` is a lower bound above target_max, not a count
 
     @cached_property
     def role(self) -> str:
@@ -225,6 +239,11 @@ class _Context:
     doc_id: str
     _joiner_tokens: dict[str, int] = field(default_factory=dict)
     _measured: dict[str, int] = field(default_factory=dict)
+    _longest_token: int | None = None
+    # The blocks' lines laid out as sections join them (lines by LINE_JOINER, blocks
+    # by BLOCK_JOINER): a section's text, merged or not, is mostly a span of it.
+    layout: str = ""
+    _layout_count: SpanCount | None = None
 
     def count(self, text: str) -> int:
         return count_tokens(self.tokenizer, text) if text else 0
@@ -232,12 +251,56 @@ class _Context:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [self.count(t) for t in texts]
 
+    def count_at(self, text: str, at: int) -> int:
+        """``count(text)``; from one encoding of the layout when ``text`` lies at ``at`` in it.
+
+        The layout is checked to hold exactly ``text`` there, so the answer is the
+        text's own count whatever ``at`` claims (a stale position only costs a count).
+        """
+        if at < 0 or not text or not self.layout.startswith(text, at):
+            return self.count(text)
+        if self._layout_count is None:
+            self._layout_count = span_counter(self.tokenizer, self.layout)
+        return self._layout_count(at, at + len(text))
+
+    def count_lines(self, paragraphs: Sequence[Paragraph]) -> list[int]:
+        return [self.count_at(p.text, p.at) for p in paragraphs]
+
+    def over_limit_bound(self, text: str, limit: int) -> int | None:
+        """A lower bound on ``text``'s tokens that proves it is over ``limit``, or None.
+
+        Cheaper than counting a long text: its UTF-8 size over the longest token
+        (tokenizers that expose ``token_byte_lengths``, i.e. tiktoken), else the
+        count of a prefix ending at a word before a space. A word end before a
+        space is a pre-token boundary for GPT-style BPE, so the rest can only add
+        tokens; other tokenizers get the ``JOIN_SLACK`` allowance of a join.
+        """
+        byte_lengths = getattr(self.tokenizer, "token_byte_lengths", None)
+        if byte_lengths is not None:
+            if self._longest_token is None:
+                self._longest_token = max(int(byte_lengths().max()), 1)
+            # A cheap upper bound on the UTF-8 size first: 4 bytes a char at most.
+            if 4 * len(text) > self._longest_token * limit:
+                bound = -(-len(text.encode("utf-8", "surrogatepass")) // self._longest_token)
+                if bound > limit:
+                    return bound
+        start = PREFIX_CHARS_PER_TOKEN * limit
+        if len(text) < 2 * start:
+            return None
+        match = _WORD_BEFORE_SPACE.search(text, start - 1)
+        if match is None or match.end() > len(text) // 2:
+            return None
+        bound = self.count(text[: match.end()]) - JOIN_SLACK
+        return bound if bound > limit else None
+
     def joiner(self, joiner: str) -> int:
         if joiner not in self._joiner_tokens:
             self._joiner_tokens[joiner] = self.count(joiner)
         return self._joiner_tokens[joiner]
 
-    def fits(self, tokens: int, pending: int, text: Callable[[], str], limit: int) -> tuple[bool, int, int]:
+    def fits(
+        self, tokens: int, pending: int, text: Callable[[], str], limit: int, at: int = -1
+    ) -> tuple[bool, int, int]:
         """Is the text within ``limit``? Measures it only when the estimate cannot tell.
 
         The estimate (parts plus joiners) is an upper bound in practice: a join at a
@@ -246,7 +309,8 @@ class _Context:
         beyond the limit by more than the slack does not, and only the band between
         is measured. (The final measurement of every chunk backs the upper-bound
         assumption: a merge found over the cap there is undone.) Returns ``(fits,
-        tokens, pending)`` with the count to keep for the text.
+        tokens, pending)`` with the count to keep for the text; ``at`` is where the
+        text starts in the layout (see :meth:`count_at`).
         """
         if tokens <= limit:
             return True, tokens, pending
@@ -256,7 +320,7 @@ class _Context:
         # LevelMerge retries a refused merge on each pass until nothing changes: measure once.
         exact = self._measured.get(joined)
         if exact is None:
-            exact = self._measured[joined] = self.count(joined)
+            exact = self._measured[joined] = self.count_at(joined, at)
         return exact <= limit, exact, 0
 
     def recursive(self, text: str, cap: int, overlap: int) -> list[tuple[str, int]]:
@@ -272,14 +336,19 @@ def _section(
     """A section with ``template``'s identity holding ``paragraphs`` (counted, or summed from ``counts``)."""
     content = LINE_JOINER.join(p.text for p in paragraphs)
     if counts is None:
-        tokens, pending = ctx.count(content), 0
+        tokens, pending = ctx.count_at(content, _at(paragraphs)), 0
     else:
         tokens = sum(counts) + ctx.joiner(LINE_JOINER) * (len(paragraphs) - 1)
         pending = len(paragraphs) - 1
     return replace(
         template, paragraphs=tuple(paragraphs), content=content, tokens=tokens, pending=pending, parts=(),
-        line_counts=tuple(counts) if counts is not None else None, **changes,
+        line_counts=tuple(counts) if counts is not None else None, over_cap=False, **changes,
     )
+
+
+def _at(paragraphs: Sequence[Paragraph]) -> int:
+    """Where text built from ``paragraphs`` starts in the layout (it starts with the first one)."""
+    return paragraphs[0].at if paragraphs else -1
 
 
 def _is_table_line(text: str) -> bool:
@@ -306,12 +375,19 @@ def heading_blocks(blocks: Sequence[Block], ctx: _Context) -> list[Section]:
     missing) counts as 1. Each block is measured here, once: as a whole, or line
     by line when it is likely over target_max (AnchorSplit needs its line counts
     then). "Likely" is only a cost guess, never a decision: a block counted whole
-    and found over the cap has its lines counted by AnchorSplit.
+    and found over the cap has its lines counted by AnchorSplit. A one-line block
+    proven over the cap by :meth:`_Context.over_limit_bound` is not counted at all.
+
+    The lines are laid out in ``ctx.layout`` as merging joins them, so most counts
+    (lines, blocks, merges, final chunks) are spans of one encoding of it.
     """
-    out = []
+    limit = ctx.limits.target_max
+    staged: list[tuple[Section, tuple[Paragraph, ...], bool]] = []
+    layout: list[str] = []
+    at = 0
     for i, block in enumerate(blocks):
-        paragraphs = tuple(Paragraph(ln, _is_table_line(ln)) for ln in block.content.split("\n") if ln.strip())
-        if not paragraphs:
+        lines = [ln for ln in block.content.split("\n") if ln.strip()]
+        if not lines:
             continue
         heading = block.heading or ""
         template = Section(
@@ -326,8 +402,33 @@ def heading_blocks(blocks: Sequence[Block], ctx: _Context) -> list[Section]:
             sources=(i,),
             line=i,
         )
-        likely_over = len(paragraphs) > 1 and len(block.content) > LIKELY_OVER_CHARS_PER_TOKEN * ctx.limits.target_max
-        out.append(_section(template, paragraphs, ctx, ctx.count_many([p.text for p in paragraphs]) if likely_over else None))
+        likely_over = len(block.content) > LIKELY_OVER_CHARS_PER_TOKEN * limit
+        if likely_over and len(lines) == 1 and not _is_table_line(lines[0]):
+            bound = ctx.over_limit_bound(lines[0], limit)
+            if bound is not None:
+                # Bound for R, which measures it itself: kept out of the layout.
+                paragraphs = (Paragraph(lines[0]),)
+                over = replace(template, paragraphs=paragraphs, content=lines[0], tokens=bound, over_cap=True)
+                staged.append((over, paragraphs, False))
+                continue
+        if layout:
+            layout.append(BLOCK_JOINER)
+            at += len(BLOCK_JOINER)
+        paragraphs = []
+        for ln in lines:
+            # The substring test first: most lines are prose, and it spares a strip.
+            paragraphs.append(Paragraph(ln, "</table>" in ln and _is_table_line(ln), at=at))
+            at += len(ln) + len(LINE_JOINER)
+        at -= len(LINE_JOINER)
+        layout.append(LINE_JOINER.join(lines))
+        staged.append((template, tuple(paragraphs), likely_over and len(lines) > 1))
+    ctx.layout = "".join(layout)
+    out = []
+    for template, paragraphs, count_lines in staged:
+        if template.over_cap:
+            out.append(template)
+        else:
+            out.append(_section(template, paragraphs, ctx, ctx.count_lines(paragraphs) if count_lines else None))
     return out
 
 
@@ -614,7 +715,7 @@ def table_row_split(section: Section, ctx: _Context) -> list[Section]:
     tables = [p for p in section.paragraphs if p.is_table]
     if not tables:
         return [section]
-    table_counts = dict(zip((p.text for p in tables), ctx.count_many([p.text for p in tables])))
+    table_counts = dict(zip((p.text for p in tables), ctx.count_lines(tables)))
     if all(table_counts[p.text] <= lim.table_max for p in tables):
         return [section]
     limits = _TableLimits(lim.table_max, lim.table_ideal, lim.table_min_last, lim.target_max)
@@ -753,7 +854,7 @@ def anchor_split(section: Section, ctx: _Context, origin: Section | None = None)
     """
     origin = origin or section
     lim = ctx.limits
-    fits, tokens, pending = ctx.fits(section.tokens, section.pending, lambda: section.content, lim.target_max)
+    fits, tokens, pending = ctx.fits(section.tokens, section.pending, lambda: section.content, lim.target_max, _at(section.paragraphs))
     if fits:
         return [replace(section, tokens=tokens, pending=pending)]
     paragraphs = section.paragraphs
@@ -762,7 +863,7 @@ def anchor_split(section: Section, ctx: _Context, origin: Section | None = None)
     elif len(paragraphs) == 1 and pending == 0:
         counts = [tokens]
     else:
-        counts = ctx.count_many([p.text for p in paragraphs])
+        counts = ctx.count_lines(paragraphs)
     total = sum(counts)
     k = max(math.ceil(total / lim.target_ideal), math.ceil(total / lim.target_max), 2)
     candidates, position = [], 0
@@ -886,7 +987,7 @@ def _join(left: Section, right: Section, ctx: _Context, joiner: str = BLOCK_JOIN
 def _try_join(left: Section, right: Section, ctx: _Context, limit: int) -> Section | None:
     """The joined section when it stays within ``limit`` tokens, re-measured when it is close."""
     joined = _join(left, right, ctx)
-    fits, tokens, pending = ctx.fits(joined.tokens, joined.pending, lambda: joined.content, limit)
+    fits, tokens, pending = ctx.fits(joined.tokens, joined.pending, lambda: joined.content, limit, _at(joined.paragraphs))
     return replace(joined, tokens=tokens, pending=pending) if fits else None
 
 
@@ -941,19 +1042,19 @@ def _bond(chain: Sequence[Section], ctx: _Context) -> list[Section]:
         prefix = _join(prefix, sec, ctx)
     child = chain[-1]
     whole = _join(prefix, child, ctx)
-    fits, tokens, pending = ctx.fits(whole.tokens, whole.pending, lambda: whole.content, cap)
+    fits, tokens, pending = ctx.fits(whole.tokens, whole.pending, lambda: whole.content, cap, _at(whole.paragraphs))
     if fits:
         return [replace(whole, tokens=tokens, pending=pending, parts=())]
     log.debug("paragraph_semantic: glued heading %r over the cap; re-splitting its body", prefix.heading)
-    prefix_tokens = ctx.count(prefix.content + BLOCK_JOINER)
+    prefix_tokens = ctx.count_at(prefix.content + BLOCK_JOINER, _at(prefix.paragraphs))
     if prefix_tokens >= cap:
         return [_section(prefix, _lines(t), ctx, sources=whole.sources) for t, _ in ctx.recursive(whole.content, cap, ctx.overlap)]
-    counts = ctx.count_many([p.text for p in child.paragraphs])
+    counts = ctx.count_lines(child.paragraphs)
     body = _pack_without_anchor(child, child.paragraphs, counts, cap, ctx)
     first = body[0]
     glued = _try_join(prefix, first, ctx, cap)
     if glued is None:
-        first_counts = ctx.count_many([p.text for p in first.paragraphs])
+        first_counts = ctx.count_lines(first.paragraphs)
         body = _pack_without_anchor(first, first.paragraphs, first_counts, cap - prefix_tokens, ctx) + body[1:]
         glued = _join(prefix, body[0], ctx)
     return [replace(glued, parts=()), *body[1:]]
@@ -1004,7 +1105,9 @@ def _phase_a(blocks: list[Section], level: int, ctx: _Context) -> tuple[list[Sec
                 absorbed = cur
                 for nxt in blocks[i + 1 : end]:
                     absorbed = _join(absorbed, nxt, ctx)
-                fits, tokens, pending = ctx.fits(absorbed.tokens, absorbed.pending, lambda: absorbed.content, lim.target_max)
+                fits, tokens, pending = ctx.fits(
+                    absorbed.tokens, absorbed.pending, lambda: absorbed.content, lim.target_max, _at(absorbed.paragraphs)
+                )
                 if fits:
                     out.append(replace(absorbed, tokens=tokens, pending=pending))
                     i, changed = end, True
@@ -1092,7 +1195,11 @@ def level_merge(sections: Sequence[Section], ctx: _Context) -> list[Section]:
 def _within_cap(section: Section, ctx: _Context) -> list[tuple[Section, str, int]]:
     """``(section, final text, exact tokens)``; a merge found over the cap is undone."""
     text = section.content.strip()
-    tokens = section.tokens if section.pending == 0 and text == section.content else ctx.count(text)
+    if section.pending == 0 and not section.over_cap and text == section.content:
+        tokens = section.tokens
+    else:
+        at = _at(section.paragraphs)
+        tokens = ctx.count_at(text, at + len(section.content) - len(section.content.lstrip()) if at >= 0 else -1)
     cap = ctx.limits.target_max
     if tokens <= cap:
         return [(section, text, tokens)]

@@ -785,3 +785,84 @@ def test_random_outlines_keep_every_invariant(tok, seed):
         assert {i for c in chunks for i in c.block_ids} == {b.block_id for b in doc.blocks}
         visible = lambda t: Counter(ch for ch in t if not ch.isspace() and ch not in '[]",')  # noqa: E731
         assert not visible(doc.text) - visible("".join(c.text for c in chunks))
+
+
+# --------------------------------------------------------------------------- counting once
+
+
+class _RecordingTokenizer:
+    """The tokenizer under test, recording the length of every text it counts itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.counted: list[int] = []
+
+    def encode(self, text):
+        self.counted.append(len(text))
+        return self.inner.encode(text)
+
+    def decode(self, tokens):
+        return self.inner.decode(tokens)
+
+    def count(self, text):
+        self.counted.append(len(text))
+        return count_tokens(self.inner, text)
+
+    def __getattr__(self, name):  # span_counter, token_byte_lengths: the inner tokenizer's
+        return getattr(self.inner, name)
+
+
+def _prose_blocks(count_blocks: int, lines: int, words: int) -> list[Block]:
+    import random
+
+    r = random.Random(7)
+    vocab = ["alpha", "beta", "gamma", "delta", "the", "of", "quick", "brown", "fox", "jumps", "over", "lazy", "dog."]
+    blocks = []
+    for i in range(count_blocks):
+        body = [" ".join(r.choices(vocab, k=words)) for _ in range(lines)]
+        blocks.append(Block(block_id=f"b{i}", index=i, heading=f"H{i}", level=1 + i % 3, parent_headings=[],
+                            content="\n".join([f"{'#' * (1 + i % 3)} H{i}", *body])))
+    return blocks
+
+
+def test_counts_from_the_layout_are_exact(tok):
+    """Blocks, lines and merged spans are counted from one encoding of the layout, exactly."""
+    doc = with_spans(_prose_blocks(24, 4, 40))
+    recording = _RecordingTokenizer(tok)
+    ctx = context(recording, 2000)
+    sections = P.heading_blocks(doc.blocks, ctx)
+    assert len(ctx.layout) > 4096  # long enough for tiktoken's span index
+    assert recording.counted == []  # every block answered by the tokenizer's span counter
+    for sec in sections:
+        assert sec.pending == 0 and sec.tokens == count(tok, sec.content)
+        assert ctx.layout.startswith(sec.content, sec.paragraphs[0].at)
+    # Consecutive blocks as LevelMerge joins them are spans of the layout too.
+    merged = sections[3].content + P.BLOCK_JOINER + sections[4].content
+    assert ctx.count_at(merged, sections[3].paragraphs[0].at) == count(tok, merged)
+    # A position that does not hold the text only costs a count, never a wrong one.
+    assert ctx.count_at(sections[4].content, sections[3].paragraphs[0].at) == count(tok, sections[4].content)
+    assert ctx.count_at("not in the layout", 0) == count(tok, "not in the layout")
+
+
+def test_one_line_block_proven_over_cap_is_left_to_r_uncounted(tok):
+    """A long one-line block over the cap is never counted whole by P: R measures it."""
+    n = 50
+    line = " ".join(["lorem ipsum dolor sit amet, consectetur."] * (8 * n))
+    doc = with_spans([Block(block_id="b0", index=0, heading="H", level=1, parent_headings=[], content=line)])
+    recording = _RecordingTokenizer(tok)
+    ctx = context(recording, n)
+    [section] = P.heading_blocks(doc.blocks, ctx)
+    assert section.over_cap and n < section.tokens <= count(tok, line)
+    assert len(line) not in recording.counted
+    chunks = run(doc, tok, n)
+    assert_invariants(doc, chunks, tok, n)
+    assert [c.text for c in chunks] == [s.text for s in split_recursive(line, tok, n, min(100, n - 1))]
+
+
+def test_over_limit_bound_never_claims_a_text_within_the_limit(tok):
+    ctx = context(tok, 10)
+    line = " ".join(["word"] * 2000)
+    assert ctx.over_limit_bound(line, count(tok, line)) is None
+    assert ctx.over_limit_bound(line[:200], 10) is None  # too short to be worth a prefix count
+    bound = ctx.over_limit_bound(line, 10)
+    assert bound is not None and 10 < bound <= count(tok, line)
