@@ -80,11 +80,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
-from chunking.strategies import StrategySpec
+from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
 from chunking.tokenizers import Tokenizer, count_tokens
 
@@ -105,10 +105,8 @@ BREAKPOINT_DEFAULTS: dict[str, float] = {
 _TABLE_TAG = re.compile(r"<(/?)table\b[^>]*?(/?)>", re.IGNORECASE)
 
 
-class SemanticConfig(BaseModel):
+class SemanticConfig(TokenBudgetConfig):
     """Configuration of the ``semantic`` strategy (LightRAG V defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     chunk_token_size: int = Field(1200, ge=1, description="Hard cap on tokens per chunk.")
     breakpoint_threshold_type: ThresholdType = "percentile"
@@ -143,16 +141,7 @@ class SemanticConfig(BaseModel):
             raise ValueError(
                 f"min_chunk_size ({self.min_chunk_size}) must not exceed chunk_token_size ({self.chunk_token_size})"
             )
-        if self.chunk_overlap_token_size >= self.chunk_token_size:
-            raise ValueError(
-                f"chunk_overlap_token_size ({self.chunk_overlap_token_size}) must be smaller "
-                f"than chunk_token_size ({self.chunk_token_size})"
-            )
         return self
-
-    @property
-    def token_cap(self) -> int:
-        return self.chunk_token_size
 
 
 def split_semantic(
