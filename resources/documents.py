@@ -17,7 +17,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from chunking.parsers import SUPPORTED_EXTENSIONS
+from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path
 
 _UNSAFE = re.compile(r"[|,\[\]\x00-\x1f\x7f]")
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -38,8 +38,7 @@ class SourceFile:
 
 def is_document(path: Path) -> bool:
     """A file we ingest: a supported extension, not hidden, not a sidecar of another file."""
-    name = path.name
-    if name.startswith(".") or name.endswith((".blocks.jsonl", ".tables.json")):
+    if path.name.startswith(".") or is_sidecar_path(path):
         return False
     return path.suffix.lower() in SUPPORTED_EXTENSIONS
 

@@ -92,3 +92,15 @@ def test_empty_cursor_is_seeded_from_stored_hashes(instance, resources, settings
     result = evaluate(instance, resources)  # cursor None: a fresh start
     assert [r.partition_key for r in result.run_requests] == ["sub/beta.txt"]
     assert store.document("elsewhere.md") is not None
+
+
+def test_sidecars_and_hidden_files_are_not_documents(docs_dir):
+    from resources.documents import scan_folder
+
+    (docs_dir / "alpha.blocks.jsonl").write_text("{}\n", encoding="utf-8")
+    (docs_dir / "alpha.tables.json").write_text("{}", encoding="utf-8")
+    (docs_dir / ".hidden.md").write_text("# hidden", encoding="utf-8")
+    (docs_dir / "image.png").write_bytes(b"\x89PNG")
+    (docs_dir / "odd[1],v|2.md").write_text("# odd", encoding="utf-8")
+    keys = sorted(scan_folder(docs_dir))
+    assert keys == ["alpha.md", "odd_1__v_2.md", "sub/beta.txt"]
