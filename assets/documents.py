@@ -25,7 +25,7 @@ from dagster import (
 )
 
 from assets.checks import CheckDef, CheckOutcome, check_specs, emit_check_results
-from assets.partitions import documents_backfill_policy, documents_partitions
+from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.parsers import DocumentError, parse_document
 from resources.documents import DocumentsFolder, SourceFile
 from resources.store import StoreResource
@@ -71,13 +71,10 @@ def _fail_single(context: AssetExecutionContext, errors: dict[str, str]) -> None
 
 
 @asset(
-    partitions_def=documents_partitions,
-    backfill_policy=documents_backfill_policy,
-    pool="duckdb",
+    **DOCUMENT_ASSET_ARGS,
     group_name="documents",
     check_specs=check_specs(RAW, RAW_CHECKS),
     description="The bytes of each document in the documents folder; data version = sha256 of the bytes.",
-    kinds={"duckdb"},
 )
 def raw_documents(
     context: AssetExecutionContext, documents: DocumentsFolder, store: StoreResource
@@ -109,16 +106,13 @@ def raw_documents(
 
 
 @asset(
-    partitions_def=documents_partitions,
-    backfill_policy=documents_backfill_policy,
-    pool="duckdb",
+    **DOCUMENT_ASSET_ARGS,
     group_name="documents",
     deps=[raw_documents],
     check_specs=check_specs(PARSED, PARSED_CHECKS),
     automation_condition=AutomationCondition.eager(),
     description="Pages (page number, char offset, text), heading blocks and tables of each document; "
     "LightRAG .blocks.jsonl/.tables.json sidecars are exported beside the database.",
-    kinds={"duckdb"},
 )
 def parsed_documents(
     context: AssetExecutionContext, documents: DocumentsFolder, store: StoreResource

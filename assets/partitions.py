@@ -9,3 +9,12 @@ documents_partitions = DynamicPartitionsDefinition(name=DOCUMENTS_PARTITIONS_NAM
 # this many partitions, and every document asset loops over context.partition_keys.
 DOCUMENTS_PER_RUN = 25
 documents_backfill_policy = BackfillPolicy.multi_run(max_partitions_per_run=DOCUMENTS_PER_RUN)
+
+# What every document asset shares: its partitions, batched backfills, and the
+# "duckdb" pool (one holder at a time: DuckDB allows one writing process).
+DOCUMENT_ASSET_ARGS = dict(
+    partitions_def=documents_partitions,
+    backfill_policy=documents_backfill_policy,
+    pool="duckdb",
+    kinds=frozenset({"duckdb"}),
+)

@@ -35,7 +35,7 @@ from assets.checks import (
     emit_check_results,
 )
 from assets.documents import parsed_documents
-from assets.partitions import documents_backfill_policy, documents_partitions
+from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.embedding import EmbeddingModelResource
@@ -77,9 +77,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
 
     @asset(
         name=chunks_key.path[-1],
-        partitions_def=documents_partitions,
-        backfill_policy=documents_backfill_policy,
-        pool="duckdb",
+        **DOCUMENT_ASSET_ARGS,
         group_name="chunks",
         deps=[parsed_documents],
         code_version=cfg_hash,
@@ -88,7 +86,6 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         description=f"Chunks of each document by the `{spec.name}` strategy: {spec.description}",
         metadata={"strategy": spec.name, "config": config.model_dump(mode="json"), "config_hash": cfg_hash,
                   "token_cap": cap if cap is not None else "none"},
-        kinds={"duckdb"},
     )
     def chunks_asset(
         context: AssetExecutionContext,
@@ -137,9 +134,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
 
     @asset(
         name=embeddings_key.path[-1],
-        partitions_def=documents_partitions,
-        backfill_policy=documents_backfill_policy,
-        pool="duckdb",
+        **DOCUMENT_ASSET_ARGS,
         group_name="embeddings",
         deps=[chunks_asset],
         code_version=embedding_model_id,
@@ -147,7 +142,6 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         automation_condition=AutomationCondition.eager(),
         description=f"Vectors of the `{spec.name}` chunks; cached by (model id, sha256 of chunk text).",
         metadata={"strategy": spec.name},
-        kinds={"duckdb"},
     )
     def embeddings_asset(
         context: AssetExecutionContext, embedding: EmbeddingModelResource, store: StoreResource

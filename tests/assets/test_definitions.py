@@ -56,3 +56,10 @@ def test_unknown_strategy_settings_are_rejected():
 
     with pytest.raises(ValueError, match="not enabled or not registered"):
         build_project(Settings(strategies={"nope": {}}))
+
+
+def test_every_document_asset_is_partitioned_batched_and_in_the_duckdb_pool():
+    for asset in defs.assets:
+        assert asset.op.pool == "duckdb", asset.key  # DuckDB allows one writing process
+        assert asset.partitions_def.name == "documents"
+        assert asset.backfill_policy.max_partitions_per_run == 25
