@@ -9,7 +9,6 @@ successful parse are kept, never half-replaced.
 """
 
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Iterator
@@ -27,7 +26,7 @@ from dagster import (
 from assets.checks import CheckDef, CheckOutcome, check_specs, emit_check_results
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.parsers import DocumentError, parse_document
-from resources.documents import DocumentsFolder, SourceFile
+from resources.documents import DocumentsFolder, SourceFile, sha256_file
 from resources.store import StoreResource
 
 log = logging.getLogger(__name__)
@@ -58,10 +57,10 @@ def read_source(doc_id: str, sources: dict[str, SourceFile], max_bytes: int) -> 
             "(DocumentsFolder.max_bytes)",
         )
     try:
-        data = source.path.read_bytes()
+        sha = sha256_file(source.path)
     except OSError as exc:
         return ReadOutcome(doc_id, None, source.size_bytes, f"{source.relative_path}: cannot be read: {exc.strerror or exc}")
-    return ReadOutcome(doc_id, hashlib.sha256(data).hexdigest(), len(data), None)
+    return ReadOutcome(doc_id, sha, source.size_bytes, None)
 
 
 def _fail_single(context: AssetExecutionContext, errors: dict[str, str]) -> None:
@@ -140,7 +139,9 @@ def parsed_documents(
             errors[doc_id] = error
             context.log.error(error)
             if source is not None:
-                chunk_store.record_error(doc_id, documents.root_path, source.relative_path, _sha_or_empty(source), source.size_bytes, error)
+                # raw_documents hashed these bytes already: keep its sha, do not read them again.
+                read_sha = (chunk_store.document(doc_id) or {}).get("sha256", "")
+                chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha, source.size_bytes, error)
             outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
             continue
         chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
@@ -163,13 +164,6 @@ def parsed_documents(
                   "dagster/row_count": totals["pages"]},
     )
     yield from emit_check_results(context, PARSED, PARSED_CHECKS, outcomes)
-
-
-def _sha_or_empty(source: SourceFile) -> str:
-    try:
-        return hashlib.sha256(source.path.read_bytes()).hexdigest()
-    except OSError:
-        return ""
 
 
 def _export_sidecars(doc, directory, context: AssetExecutionContext) -> None:

@@ -328,14 +328,9 @@ def load_offline_encoding(encoding_name: str):
     import tiktoken
     from tiktoken import registry
 
-    offline_names = set()
-    try:
-        offline_names = set(registry.list_encoding_names())
-    except Exception:  # pragma: no cover - very old tiktoken
-        pass
-    for candidate in (f"{encoding_name}_offline", encoding_name):
-        if candidate.endswith("_offline") and candidate in offline_names:
-            return tiktoken.get_encoding(candidate)
+    offline_names = set(registry.list_encoding_names())
+    if f"{encoding_name}_offline" in offline_names:
+        return tiktoken.get_encoding(f"{encoding_name}_offline")
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
     if encoding_name in offline_names and cache_dir and os.path.isdir(cache_dir):
         # A pre-populated cache makes the plain name load without a download.

@@ -121,14 +121,12 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     current = {doc_id: sha256_file(source.path) for doc_id, source in sources.items()}
     changes = diff_folder(current, store.document_hashes(folder.root_path))
 
+    existing = set(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
     for doc_id in changes.deleted:
         store.delete_document(doc_id)
-    existing = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
-    gone = [d for d in changes.deleted if d in existing]
-    if gone:
-        for doc_id in gone:
+        if doc_id in existing:
             instance.delete_dynamic_partition(DOCUMENTS_PARTITIONS_NAME, doc_id)
-    to_add = [d for d in sorted(current) if d not in set(existing)]
+    to_add = [d for d in sorted(current) if d not in existing]
     if to_add:
         instance.add_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME, to_add)
     ordered = [k for k in instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME) if k in current]
