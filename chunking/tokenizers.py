@@ -13,6 +13,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 
@@ -316,6 +317,29 @@ def _word_end_tables():
     return letter, non_letter
 
 
+class _DownloadRefused(Exception):
+    pass
+
+
+@contextmanager
+def _downloads_refused():
+    """tiktoken fetches a BPE file missing from its cache; make that fetch raise instead."""
+    import tiktoken.load
+
+    fetch = tiktoken.load.read_file
+
+    def local_only(blobpath: str) -> bytes:
+        if "://" in blobpath:
+            raise _DownloadRefused(blobpath)
+        return fetch(blobpath)
+
+    tiktoken.load.read_file = local_only
+    try:
+        yield
+    finally:
+        tiktoken.load.read_file = fetch
+
+
 def load_offline_encoding(encoding_name: str):
     """Load ``encoding_name`` from a package-shipped file, never from the network.
 
@@ -333,8 +357,13 @@ def load_offline_encoding(encoding_name: str):
         return tiktoken.get_encoding(f"{encoding_name}_offline")
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
     if encoding_name in offline_names and cache_dir and os.path.isdir(cache_dir):
-        # A pre-populated cache makes the plain name load without a download.
-        return tiktoken.get_encoding(encoding_name)
+        # A pre-populated cache makes the plain name load without a download; a
+        # cache that lacks the file must fail here rather than fetch it.
+        try:
+            with _downloads_refused():
+                return tiktoken.get_encoding(encoding_name)
+        except _DownloadRefused:
+            pass
     available = sorted(n.removesuffix("_offline") for n in offline_names if n.endswith("_offline"))
     raise TokenizerUnavailableError(
         f"tiktoken encoding {encoding_name!r} is not available offline: no "

@@ -49,6 +49,8 @@ def build_project(settings: Settings) -> Project:
         device=settings.embedding_device,
         batch_size=settings.embedding_batch_size,
         precision=settings.embedding_precision,
+        batch_tokens=settings.embedding_batch_tokens,
+        workers=settings.embedding_workers,
     )
     strategy_assets = []
     config_hashes: dict[str, str] = {}

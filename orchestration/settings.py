@@ -36,6 +36,8 @@ class Settings(BaseModel):
     embedding_batch_size: int = Field(64, ge=1)
     embedding_device: str = "cpu"
     embedding_precision: str = "float32"
+    embedding_batch_tokens: int | None = Field(2048, ge=1)
+    embedding_workers: int | None = Field(None, ge=1)
     # None: every registered strategy.
     enabled_strategies: list[str] | None = None
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)

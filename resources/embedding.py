@@ -11,10 +11,24 @@ from chunking.embedding import DEFAULT_MODEL, SentenceTransformerEmbedder
 
 
 @lru_cache(maxsize=4)
-def _load(model: str, device: str, batch_size: int, normalize: bool, precision: str) -> SentenceTransformerEmbedder:
+def _load(
+    model: str,
+    device: str,
+    batch_size: int,
+    normalize: bool,
+    precision: str,
+    batch_tokens: int | None,
+    workers: int | None,
+) -> SentenceTransformerEmbedder:
     # Loading weights takes seconds: once per process and configuration.
     return SentenceTransformerEmbedder(
-        model, device=device, batch_size=batch_size, normalize=normalize, precision=precision
+        model,
+        device=device,
+        batch_size=batch_size,
+        normalize=normalize,
+        precision=precision,
+        batch_tokens=batch_tokens,
+        workers=workers,
     )
 
 
@@ -23,7 +37,15 @@ class EmbeddingModelResource(ConfigurableResource):
 
     model: str = Field(default=DEFAULT_MODEL, description="Model name or local directory.")
     device: str = Field(default="cpu", description="torch device.")
-    batch_size: int = Field(default=64, ge=1)
+    batch_size: int = Field(default=64, ge=1, description="Most texts per batch.")
+    batch_tokens: int | None = Field(
+        default=2048, ge=1, description="Most padded tokens per batch (texts are batched by length)."
+    )
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Batches run side by side on this many threads, one torch thread each (None: torch's count).",
+    )
     normalize: bool = Field(default=True, description="L2-normalise vectors (cosine = dot product).")
     precision: str = Field(
         default="float32",
@@ -31,7 +53,9 @@ class EmbeddingModelResource(ConfigurableResource):
     )
 
     def get_embedder(self) -> SentenceTransformerEmbedder:
-        return _load(self.model, self.device, self.batch_size, self.normalize, self.precision)
+        return _load(
+            self.model, self.device, self.batch_size, self.normalize, self.precision, self.batch_tokens, self.workers
+        )
 
     @property
     def model_id(self) -> str:
