@@ -70,9 +70,10 @@ class SentenceTransformerEmbedder:
       most that many padded tokens (so long texts go in smaller batches). Output
       order is input order.
 
-    bench/bench_semantic.py, 1889 sentences (50k tokens), bfloat16, 10 interleaved
-    runs, wall median: 2 workers with a 2048-token budget 4.59 s; no token budget
-    4.81 s; 1 worker on 2 intra-op threads 5.72 s; both undone (session 1) 5.54 s.
+    bench/bench_semantic.py, 1889 sentences (50k tokens), bfloat16, wall medians of
+    10 interleaved runs, two runs of the bench: 2 workers with a 2048-token budget
+    (the default) 4.02 / 4.59 s; no token budget 4.25 / 4.81 s; 1 worker on 2
+    intra-op threads 5.42 / 5.72 s; both undone (the settings before) 5.17 / 5.54 s.
 
     Measured on the 2-core AMX host (one thread, CPU time, 467 corpus sentences):
     bfloat16 2.2x faster than float32. Tried and left out: ONNX Runtime (the
