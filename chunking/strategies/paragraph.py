@@ -1115,24 +1115,12 @@ def _phase_a(blocks: list[Section], level: int, ctx: _Context) -> tuple[list[Sec
             out.append(cur)
             i += 1
             continue
-        if i + 1 < len(blocks):
-            nxt = blocks[i + 1]
-            if nxt.level == level and nxt.role == NONE and _siblings(cur, nxt):
-                joined = _try_join(cur, nxt, ctx, lim.target_max)
-                if joined is not None:
-                    out.append(joined)
-                    i, changed = i + 2, True
-                    continue
-        if out:
-            prev = out[-1]
-            if prev.level == level and prev.role == NONE and prev.tokens < lim.target_ideal and _siblings(prev, cur):
-                joined = _try_join(prev, cur, ctx, lim.target_max)
-                if joined is not None:
-                    out[-1] = joined
-                    i, changed = i + 1, True
-                    continue
-        out.append(cur)
-        i += 1
+        i, joined = _join_a_neighbour(
+            blocks, i, out, ctx,
+            takes_next=lambda nxt: nxt.level == level and _siblings(cur, nxt),
+            joins_previous=lambda prev: prev.level == level and _siblings(prev, cur),
+        )
+        changed = changed or joined
     return out, changed
 
 
@@ -1147,25 +1135,40 @@ def _phase_b(blocks: list[Section], level: int, ctx: _Context) -> tuple[list[Sec
             out.append(cur)
             i += 1
             continue
-        if i + 1 < len(blocks):
-            nxt = blocks[i + 1]
-            if nxt.level > level and nxt.role == NONE and _on_path(cur, nxt):
-                joined = _try_join(cur, nxt, ctx, lim.target_max)
-                if joined is not None:
-                    out.append(joined)
-                    i, changed = i + 2, True
-                    continue
-        if out:
-            prev = out[-1]
-            if prev.level < level and prev.role == NONE and prev.tokens < lim.target_ideal and _on_path(prev, cur):
-                joined = _try_join(prev, cur, ctx, lim.target_max)
-                if joined is not None:
-                    out[-1] = joined
-                    i, changed = i + 1, True
-                    continue
-        out.append(cur)
-        i += 1
+        i, joined = _join_a_neighbour(
+            blocks, i, out, ctx,
+            takes_next=lambda nxt: nxt.level > level and _on_path(cur, nxt),
+            joins_previous=lambda prev: prev.level < level and _on_path(prev, cur),
+        )
+        changed = changed or joined
     return out, changed
+
+
+def _join_a_neighbour(
+    blocks: list[Section],
+    i: int,
+    out: list[Section],
+    ctx: _Context,
+    takes_next: Callable[[Section], bool],
+    joins_previous: Callable[[Section], bool],
+) -> tuple[int, bool]:
+    """The step both LevelMerge phases share for a small ``blocks[i]``: join the next
+    block into it, else join it into the last block out (itself below target_ideal),
+    else keep it. Neither neighbour may be a split-table part, and a join is
+    committed only if it fits target_max. Returns the next index and whether it joined."""
+    cur, cap = blocks[i], ctx.limits.target_max
+    if i + 1 < len(blocks) and blocks[i + 1].role == NONE and takes_next(blocks[i + 1]):
+        joined = _try_join(cur, blocks[i + 1], ctx, cap)
+        if joined is not None:
+            out.append(joined)
+            return i + 2, True
+    if out and out[-1].role == NONE and out[-1].tokens < ctx.limits.target_ideal and joins_previous(out[-1]):
+        joined = _try_join(out[-1], cur, ctx, cap)
+        if joined is not None:
+            out[-1] = joined
+            return i + 1, True
+    out.append(cur)
+    return i + 1, False
 
 
 def level_merge(sections: Sequence[Section], ctx: _Context) -> list[Section]:
@@ -1277,12 +1280,7 @@ def chunk_paragraph(
         spans = split_recursive(
             doc.text, tokenizer, config.chunk_token_size, config.chunk_overlap_token_size, config.separators
         )
-        chunks = [
-            Chunk(text=s.text, char_start=s.start, char_end=s.end, token_count=s.tokens,
-                  metadata={"fallback": "recursive"})
-            for s in spans
-        ]
-        return attach_provenance(doc, chunks)
+        return attach_provenance(doc, [s.to_chunk({"fallback": "recursive"}) for s in spans])
     pieces = split_paragraph_semantic(
         doc.blocks,
         tokenizer,

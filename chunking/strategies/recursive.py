@@ -65,6 +65,11 @@ class Span:
     text: str
     tokens: int
 
+    def to_chunk(self, metadata: dict | None = None) -> Chunk:
+        return Chunk(
+            text=self.text, char_start=self.start, char_end=self.end, token_count=self.tokens, metadata=metadata or {}
+        )
+
 
 def split_recursive(
     text: str,
@@ -262,10 +267,7 @@ def chunk_recursive(
     spans = split_recursive(
         doc.text, tokenizer, config.chunk_token_size, config.chunk_overlap_token_size, config.separators
     )
-    chunks = [
-        Chunk(text=s.text, char_start=s.start, char_end=s.end, token_count=s.tokens) for s in spans
-    ]
-    return attach_provenance(doc, chunks)
+    return attach_provenance(doc, [s.to_chunk() for s in spans])
 
 
 SPEC = StrategySpec(

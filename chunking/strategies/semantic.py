@@ -619,7 +619,7 @@ def chunk_semantic(
         metadata = dict(base)
         if any(a < s.end and s.start < b and not (s.start <= a and b <= s.end) for a, b in tables):
             metadata["table_fragment"] = True  # an R piece of a table above the cap
-        chunks.append(Chunk(text=s.text, char_start=s.start, char_end=s.end, token_count=s.tokens, metadata=metadata))
+        chunks.append(s.to_chunk(metadata))
     return attach_provenance(doc, chunks)
 
 
