@@ -144,7 +144,9 @@ def test_the_corpus_set_is_large_and_varied():
 
 
 def test_corpus_excerpts_are_passages_not_words_or_pages():
-    """Tight references: a sentence to a short paragraph, so character IoU means something."""
+    """Tight references: a sentence to a short paragraph, so character IoU means something.
+
+    The floor is 30 characters, not 50, because one CJK sentence is that short."""
     items = load_eval_set(EVAL_DIR / "corpus.jsonl")
     sizes = {(item_id, ref["doc"]): len(ref["excerpt"]) for item_id, ref in references_of(items)}
-    assert [k for k, n in sizes.items() if not 30 <= n <= 800] == []
+    assert [k for k, n in sizes.items() if not 30 <= n <= 600] == []
