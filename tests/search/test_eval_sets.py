@@ -1,10 +1,13 @@
 """The retrieval eval sets under eval/ are well-formed and their references are real.
 
 Every eval set is JSONL, one question per line:
-``{"id", "question", "references": [{"doc", "excerpt", ["char_start", "char_end"]}]}``
+``{"id", "question", "references": [{"doc", "excerpt" and/or "char_start", "char_end"}]}``
 where ``doc`` is the document's partition key (its cleaned path relative to the
 documents folder the set is written for) and ``excerpt`` is found verbatim in the
 document's PARSED text (what the chunks' offsets point into), not in the raw file.
+An excerpt that occurs more than once carries char_start/char_end, which must be
+those of its first occurrence (the evaluator resolves an excerpt by ``str.find``).
+A reference may also be offsets alone, a non-blank span of the parsed text.
 Scores are deliberately not asserted here: they move whenever a strategy improves.
 """
 
@@ -95,9 +98,11 @@ def test_every_item_has_the_agreed_shape_and_a_unique_id(path: Path):
         assert isinstance(item["references"], list) and item["references"], item["id"]
         for ref in item["references"]:
             assert isinstance(ref.get("doc"), str) and ref["doc"], item["id"]
-            assert isinstance(ref.get("excerpt"), str) and ref["excerpt"].strip(), item["id"]
+            if "excerpt" in ref:
+                assert isinstance(ref["excerpt"], str) and ref["excerpt"].strip(), item["id"]
             offsets = [k for k in ("char_start", "char_end") if k in ref]
             assert offsets in ([], ["char_start", "char_end"]), f"{item['id']}: give both offsets or neither"
+            assert "excerpt" in ref or offsets, f"{item['id']}: a reference needs an excerpt or char offsets"
             if offsets:
                 assert isinstance(ref["char_start"], int) and isinstance(ref["char_end"], int), item["id"]
                 assert 0 <= ref["char_start"] < ref["char_end"], item["id"]
@@ -117,12 +122,20 @@ def test_every_reference_is_verbatim_in_its_parsed_document(path: Path):
             problems.append(f"{item_id}: no document {ref['doc']!r} under {root}")
             continue
         text = parsed_text(root, ref["doc"])
-        excerpt = ref["excerpt"]
-        if "char_start" in ref:
+        excerpt = ref.get("excerpt")
+        if excerpt is None:
+            start, end = ref["char_start"], ref["char_end"]
+            if not (0 <= start < end <= len(text) and text[start:end].strip()):
+                problems.append(f"{item_id}: offsets {start}..{end} are not a non-blank span of {ref['doc']} "
+                                f"({len(text)} chars)")
+        elif "char_start" in ref:
             found = text[ref["char_start"]:ref["char_end"]]
             if found != excerpt:
                 problems.append(f"{item_id}: {ref['doc']}[{ref['char_start']}:{ref['char_end']}] is {found!r}, "
                                 f"not the excerpt {excerpt[:60]!r}")
+            elif text.find(excerpt) != ref["char_start"]:
+                # The evaluator resolves an excerpt to its first occurrence and rejects other offsets.
+                problems.append(f"{item_id}: offsets in {ref['doc']} are not the excerpt's first occurrence")
         elif excerpt not in text:
             problems.append(f"{item_id}: excerpt not in the parsed text of {ref['doc']}: {excerpt[:80]!r}")
         elif text.count(excerpt) > 1:
@@ -148,5 +161,6 @@ def test_corpus_excerpts_are_passages_not_words_or_pages():
 
     The floor is 30 characters, not 50, because one CJK sentence is that short."""
     items = load_eval_set(EVAL_DIR / "corpus.jsonl")
-    sizes = {(item_id, ref["doc"]): len(ref["excerpt"]) for item_id, ref in references_of(items)}
+    sizes = {(item_id, ref["doc"]): len(ref["excerpt"]) if "excerpt" in ref else ref["char_end"] - ref["char_start"]
+             for item_id, ref in references_of(items)}
     assert [k for k, n in sizes.items() if not 30 <= n <= 600] == []
