@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from chunking.sidecar import read_blocks_jsonl, read_tables_json
-from chunking.strategies.paragraph import split_paragraph_semantic
+from chunking.strategies.paragraph import references, split_paragraph_semantic
 from chunking.strategies.recursive import PLAIN_SEPARATORS, split_recursive
 from chunking.strategies.token import SegmentOverCapError, split_token_size
 from chunking.tokenizers import Tokenizer
@@ -210,8 +210,17 @@ def chunking_by_paragraph_semantic(
     blocks_path: str | Path | None = None,
     chunk_overlap_token_size: int = 100,
     doc_id: str | None = None,
+    drop_references: bool | None = None,
 ) -> list[dict[str, Any]]:
     """LightRAG's P on the ``.blocks.jsonl`` at ``blocks_path`` (and its ``.tables.json``).
+
+    ``drop_references`` leaves out the reference section (``None``: the
+    ``CHUNK_P_DROP_REFERENCES`` environment switch, off when unset); which blocks
+    that is follows ``CHUNK_P_REFERENCES_HEADINGS`` (pipe-separated heading
+    prefixes, default ``References|Bibliography|参考文献``) and
+    ``CHUNK_P_REFERENCES_TAIL_N`` (search only the last N content blocks; 0, the
+    default, searches all), both read on every call as LightRAG does. It never
+    drops every block. Only the sidecar path drops: the R fallback keeps all text.
 
     Without a readable sidecar holding content lines it degrades to
     :func:`chunking_by_recursive_character` on ``content`` with a logged warning.
@@ -238,6 +247,9 @@ def chunking_by_paragraph_semantic(
         )
         return chunking_by_recursive_character(tokenizer, content, target_max, chunk_overlap_token_size=overlap)
 
+    if drop_references is None:
+        drop_references = references.drop_references_from_env()
+    headings, tail_n = references.settings_from_env()
     pieces = split_paragraph_semantic(
         blocks,
         tokenizer,
@@ -246,6 +258,9 @@ def chunking_by_paragraph_semantic(
         chunk_overlap_token_size=overlap,
         separators=PLAIN_SEPARATORS,
         doc_id=doc_id or str(blocks_path),
+        drop_references=drop_references,
+        references_headings=headings,
+        references_tail_n=tail_n,
     )
     out = []
     for index, piece in enumerate(pieces):

@@ -19,6 +19,10 @@ stage; each stage is a module of this package named after it, entry point
     level_merge       LevelMerge      deepest level first, Phase A / tail
                                       absorption / Phase B                      §3.6
 
+Before them, with ``drop_references``, ``references`` leaves out the reference
+section (LightRAG's option, not in the seed); a block flagged ``is_title_block``
+(the document title) keeps level 0 through to its chunks' heading dict.
+
 ``model`` holds what they share (thresholds, config, the section passed from
 stage to stage, the counting context, the merge primitives); ``table_markup``
 the table tag parsing TableRowSplit and HeaderRecovery share. This module is the
@@ -85,6 +89,7 @@ from chunking.strategies.paragraph import (
     heading_glue,
     level_merge,
     part_labeling,
+    references,
     table_row_split,
 )
 from chunking.strategies.paragraph.model import (
@@ -125,16 +130,23 @@ def split_paragraph_semantic(
     chunk_overlap_token_size: int = 100,
     separators: Sequence[str] = CJK_SEPARATORS,
     doc_id: str = "",
+    drop_references: bool = False,
+    references_headings: Sequence[str] = references.DEFAULT_REFERENCES_HEADINGS,
+    references_tail_n: int = references.DEFAULT_REFERENCES_TAIL_N,
 ) -> list[ParagraphPiece]:
     """Run the P pipeline on heading-level blocks; ``[]`` when no block has content.
 
     Each piece has at most ``chunk_token_size`` tokens. ``tables`` is the
     ``.tables.json`` "tables" mapping (the header source of HeaderRecovery).
-    Raises ValueError when a table's stored header has the other format.
+    With ``drop_references`` the reference section is left out first (see
+    :mod:`.references`). Raises ValueError when a table's stored header has the
+    other format.
     """
     limits = Thresholds.from_size(chunk_token_size)
     overlap = min(max(int(chunk_overlap_token_size), 0), max(limits.target_max - 1, 0))
     ctx = _Context(tokenizer, limits, overlap, tuple(separators), tables or {}, doc_id)
+    if drop_references:
+        blocks = references.run(blocks, references_headings, references_tail_n)
     labelled: list[Section] = []
     for basic in heading_blocks.run(blocks, ctx):
         fragments = [piece for part in table_row_split.run(basic, ctx) for piece in anchor_split.run(part, ctx)]
@@ -192,6 +204,9 @@ def chunk_paragraph(
         chunk_overlap_token_size=config.chunk_overlap_token_size,
         separators=config.separators,
         doc_id=doc.doc_id,
+        drop_references=config.drop_references,
+        references_headings=config.references_headings,
+        references_tail_n=config.references_tail_n,
     )
     chunks = []
     for piece in pieces:

@@ -23,7 +23,8 @@ def run(blocks: Sequence[Block], ctx: _Context) -> list[Section]:
     """HeadingBlocks: every non-empty content line is one basic block, in order.
 
     Heading identification is entirely the parser's; a level of 0 (preamble,
-    missing) counts as 1. Each block is measured here, once: as a whole, or line
+    missing) counts as 1, except on the document title's block
+    (``is_title_block``), which keeps level 0 through to its chunks. Each block is measured here, once: as a whole, or line
     by line when it is likely over target_max (AnchorSplit needs its line counts
     then). "Likely" is only a cost guess, never a decision: a block counted whole
     and found over the cap has its lines counted by AnchorSplit. A one-line block
@@ -45,7 +46,9 @@ def run(blocks: Sequence[Block], ctx: _Context) -> list[Section]:
             heading=heading,
             base_heading=_strip_part_suffix(heading),
             parent_headings=tuple(block.parent_headings or ()),
-            level=block.level if block.level and block.level > 0 else 1,
+            # The document title keeps level 0 (shallower than any heading); any other
+            # level 0 (preamble, missing) counts as 1.
+            level=0 if block.is_title_block else block.level if block.level and block.level > 0 else 1,
             paragraphs=(),
             content="",
             tokens=0,

@@ -42,6 +42,10 @@ BLOCK_JOINER = "\n\n"  # between merged blocks
 
 NONE, FIRST, MIDDLE, LAST = "none", "first", "middle", "last"
 
+# LightRAG's defaults for reference dropping (its CHUNK_P_REFERENCES_* settings).
+DEFAULT_REFERENCES_HEADINGS: tuple[str, ...] = ("References", "Bibliography", "参考文献")
+DEFAULT_REFERENCES_TAIL_N = 0
+
 _HEADING_LINE = re.compile(r"^#{1,6} +")
 _WORD_BEFORE_SPACE = re.compile(r"\S(?= )")
 _PART_SUFFIX = re.compile(r"\s*\[part\s+\d+\]\s*$", re.IGNORECASE)
@@ -81,6 +85,14 @@ class ParagraphConfig(TokenBudgetConfig):
         100, ge=0, description="R overlap inside one over-long content line, and the per-side table bridge budget."
     )
     separators: tuple[str, ...] = Field(CJK_SEPARATORS, description="R cascade for the character-level fallbacks.")
+    drop_references: bool = Field(False, description="Leave out the reference section (blocks headed References, ...).")
+    references_headings: tuple[str, ...] = Field(
+        DEFAULT_REFERENCES_HEADINGS, min_length=1,
+        description="Heading prefixes of a reference section (LightRAG's CHUNK_P_REFERENCES_HEADINGS default).",
+    )
+    references_tail_n: int = Field(
+        DEFAULT_REFERENCES_TAIL_N, ge=0, description="Search only the last N content blocks for the reference section; 0 searches all."
+    )
 
     @property
     def thresholds(self) -> Thresholds:
