@@ -108,6 +108,7 @@ class SentenceTextSplitter(TextSplitter):
             semantic_overlap_percent=self.semantic_overlap_percent,
             sentence_endings=tuple(self.sentence_endings),
             word_breaks=tuple(self.word_breaks),
+            reference_mode=True,
         )
 
     def split_pages(self, pages: Iterable[Page]) -> Iterator[Chunk]:
@@ -131,9 +132,11 @@ class SimpleTextSplitter(TextSplitter):
         self.max_object_length = max_object_length
 
     def split_pages(self, pages: Iterable[Page]) -> Iterator[Chunk]:
+        """As the reference: ``page_num`` is the slice's index (0 when the text is one slice),
+        not the page its characters come from (the ``simple`` strategy reports that)."""
         doc = _document(list(pages))
         for start, end in slice_spans(doc.text, self.max_object_length):
-            yield Chunk(page_num=doc.page_at(start), text=doc.text[start:end])
+            yield Chunk(page_num=start // self.max_object_length, text=doc.text[start:end])
 
 
 def _document(pages: list[Page]) -> ParsedDocument:
