@@ -56,6 +56,22 @@ Where we differ from the seed's reference, on purpose:
   midpoint split are halved without duplicating again (the reference's 10%
   compounds at every level: a 2 MB run without a boundary came out ~10x larger).
 * ``<|endoftext|>`` and similar text counts as ordinary text (the reference raises).
+
+``reference_mode=True`` (what ``chunking.compat.azure`` runs) gives up the first
+four of those choices to reproduce the reference: spans end after every run of
+``sentence_endings`` and the whitespace after it (``word.next``, ``0.95`` and
+``Dr.`` included, also as recursive-split boundaries); chunks keep their leading
+and trailing whitespace, trimmed only by the seed's normalization (leading spaces
+when they alone overflow the soft budget, trailing whitespace when it makes an
+overflow of at most 3 characters); the accumulator and the page-join test count
+the tokens of the text they would emit, not a sum of span counts (a span's
+trailing space is a token of its own but merges into the next word in context:
+37 against 32 tokens in one case); and the look-ahead overlap extends one
+character at a time from the 10% target, stopping after a sentence ending, or
+after a word break once more than 20 characters past the target (else the
+target slice trimmed to a word break). The other choices (cross-page repair,
+overlap safety, compounding midpoint overlap, offsets) stay as above, since they
+fix lost or duplicated text.
 """
 
 from __future__ import annotations

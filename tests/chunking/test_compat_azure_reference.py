@@ -164,3 +164,30 @@ def test_multipage_figures_and_page_crossing_sentences_snapshot():
 if __name__ == "__main__":  # regenerate the snapshot after a deliberate change: python -m tests.chunking....
     SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
     SNAPSHOT.write_text(json.dumps(_run_multipage(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- properties
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_WORDS = st.sampled_from(["alpha", "beta", "v1.2", "0.95", "Dr.", "end.", "why?", "yes!", "日本語。", "x,", "(y)", "\n", "  "])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words=st.lists(_WORDS, min_size=1, max_size=120), section=st.integers(20, 200), cap=st.integers(8, 60))
+def test_property_one_page_without_overlap_is_cut_never_changed(words, section, cap):
+    """Reference mode loses, adds and reorders nothing on a figure-free page without overlap
+    (normalization aside, which only trims whitespace of chunks over the soft budget), and every
+    chunk is within the token cap."""
+    tok = default_tokenizer()
+    text = " ".join(words)
+    splitter = SentenceTextSplitter(max_tokens_per_section=cap)
+    splitter.max_section_length = section
+    splitter.semantic_overlap_percent = 0
+    chunks = [c.text for c in splitter.split_pages([Page(0, 0, text)])]
+    assert all(len(tok.encode(c)) <= cap for c in chunks)
+    assert "".join(chunks).split() == text.split()
+    if all(len(c) <= int(section * 1.2) - 3 for c in chunks):  # no normalization trimmed anything
+        assert "".join(chunks) == text or not text.strip()
