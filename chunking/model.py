@@ -49,6 +49,8 @@ class Block(BaseModel):
     positions: list[dict[str, Any]] = Field(default_factory=list)
     char_start: int | None = None
     char_end: int | None = None
+    # The document title's block (sidecar ``is_title_block``): P keeps its level 0.
+    is_title_block: bool = False
 
     @property
     def heading_path(self) -> list[str]:

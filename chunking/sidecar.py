@@ -77,6 +77,8 @@ def _content_line(block: Block) -> dict[str, Any]:
         "session_type": block.session_type,
         "table_slice": "none",
         "positions": list(block.positions),
+        # Optional in the format: written only for the document title's block.
+        **({"is_title_block": True} if block.is_title_block else {}),
     }
 
 
@@ -146,6 +148,7 @@ def _block(obj: dict[str, Any], index: int) -> Block | None:
         positions=positions,
         char_start=span["char_start"] if span else None,
         char_end=span["char_end"] if span else None,
+        is_title_block=obj.get("is_title_block") is True,
     )
 
 

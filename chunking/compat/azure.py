@@ -8,8 +8,14 @@ Code written against that module runs unchanged after an import change::
     for chunk in splitter.split_pages([Page(0, 0, "Some text. More text.")]):
         print(chunk.page_num, chunk.text)
 
-The work is done by chunkyard's ``sentence`` and ``simple`` strategies (see their
-module docstrings for where they differ from the reference); token counts are
+The work is done by chunkyard's ``sentence`` strategy in ``reference_mode`` (its
+module docstring lists what that mode reproduces: cuts after every ``. ! ?``
+even inside ``word.next``, whitespace kept, joined-text token counts, the
+one-character look-ahead overlap extension) and by ``simple``'s slicing, with the
+slice index reported as ``page_num`` as the reference does. Kept from chunkyard
+on purpose, because the reference loses or duplicates text there: cross-page
+repair never drops a fragment, the midpoint overlap of a boundary-less run is
+taken once (not compounded per recursion level). Token counts are
 ``len(cl100k_base.encode(text))`` from the offline encoding, and text containing
 ``<|endoftext|>`` is counted as ordinary text instead of raising.
 """
@@ -108,6 +114,7 @@ class SentenceTextSplitter(TextSplitter):
             semantic_overlap_percent=self.semantic_overlap_percent,
             sentence_endings=tuple(self.sentence_endings),
             word_breaks=tuple(self.word_breaks),
+            reference_mode=True,
         )
 
     def split_pages(self, pages: Iterable[Page]) -> Iterator[Chunk]:
@@ -131,9 +138,11 @@ class SimpleTextSplitter(TextSplitter):
         self.max_object_length = max_object_length
 
     def split_pages(self, pages: Iterable[Page]) -> Iterator[Chunk]:
+        """As the reference: ``page_num`` is the slice's index (0 when the text is one slice),
+        not the page its characters come from (the ``simple`` strategy reports that)."""
         doc = _document(list(pages))
         for start, end in slice_spans(doc.text, self.max_object_length):
-            yield Chunk(page_num=doc.page_at(start), text=doc.text[start:end])
+            yield Chunk(page_num=start // self.max_object_length, text=doc.text[start:end])
 
 
 def _document(pages: list[Page]) -> ParsedDocument:

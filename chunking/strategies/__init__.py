@@ -77,6 +77,7 @@ _MODULES: dict[str, str] = {
     "sentence_window": "chunking.strategies.sentence_window",
     "paragraph": "chunking.strategies.paragraph",
     "semantic": "chunking.strategies.semantic",
+    "token": "chunking.strategies.token",
 }
 
 

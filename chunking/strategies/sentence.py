@@ -56,6 +56,22 @@ Where we differ from the seed's reference, on purpose:
   midpoint split are halved without duplicating again (the reference's 10%
   compounds at every level: a 2 MB run without a boundary came out ~10x larger).
 * ``<|endoftext|>`` and similar text counts as ordinary text (the reference raises).
+
+``reference_mode=True`` (what ``chunking.compat.azure`` runs) gives up the first
+four of those choices to reproduce the reference: spans end after every run of
+``sentence_endings`` and the whitespace after it (``word.next``, ``0.95`` and
+``Dr.`` included, also as recursive-split boundaries); chunks keep their leading
+and trailing whitespace, trimmed only by the seed's normalization (leading spaces
+when they alone overflow the soft budget, trailing whitespace when it makes an
+overflow of at most 3 characters); the accumulator and the page-join test count
+the tokens of the text they would emit, not a sum of span counts (a span's
+trailing space is a token of its own but merges into the next word in context:
+37 against 32 tokens in one case); and the look-ahead overlap extends one
+character at a time from the 10% target, stopping after a sentence ending, or
+after a word break once more than 20 characters past the target (else the
+target slice trimmed to a word break). The other choices (cross-page repair,
+overlap safety, compounding midpoint overlap, offsets) stay as above, since they
+fix lost or duplicated text.
 """
 
 from __future__ import annotations
@@ -78,6 +94,9 @@ from chunking.segmenter import (
 from chunking.strategies import StrategySpec
 from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_tokens, span_counter
 
+# Reference mode: the look-ahead overlap stops at a word break only this far past its target.
+REFERENCE_OVERLAP_WORD_SLACK = 20
+
 FIGURE = re.compile(r"<figure\b.*?</figure\s*>", re.IGNORECASE | re.DOTALL)
 # A line that opens a heading or list item: never glued to the previous page.
 _HEADING_START = re.compile(r"^\s*(#{1,6}\s|[-*•+]\s|\(?\d+(\.\d+)*[.)]\s|\(?[a-z][.)]\s|[ivxlc]+[.)]\s)")
@@ -96,6 +115,11 @@ class SentenceConfig(BaseModel):
     sentence_endings: tuple[str, ...] = SENTENCE_ENDINGS
     word_breaks: tuple[str, ...] = WORD_BREAKS
     estimate: bool = Field(False, description="Count ceil(chars/4) instead of exact tokens.")
+    reference_mode: bool = Field(
+        False,
+        description="Reproduce the Azure reference's quirks (chunking.compat.azure): cut after every ending, keep "
+        "chunk whitespace, count the joined text, extend the look-ahead overlap one character at a time.",
+    )
 
     @property
     def token_cap(self) -> int:
@@ -225,7 +249,21 @@ class _Splitter:
         return units
 
     def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
+        if self.config.reference_mode:
+            return self.reference_sentences(start, end)
         return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
+
+    def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The reference's spans: cut after every run of sentence endings (``word.next``,
+        ``0.95`` and ``Dr.`` too) and the whitespace after it, which the span keeps."""
+        cuts = [m.end() for m in self.reference_cut_pattern.finditer(self.text, start, end) if m.end() < end]
+        bounds = [start, *cuts, end]
+        return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+    @cached_property
+    def reference_cut_pattern(self) -> re.Pattern[str]:
+        endings = "".join(re.escape(c) for c in sorted(self.endings) if len(c) == 1)
+        return re.compile(f"[{endings}]+\\s*" if endings else "(?!)")
 
     def split_oversized(
         self,
@@ -271,6 +309,9 @@ class _Splitter:
 
     @cached_property
     def sentence_end_pattern(self) -> re.Pattern[str]:
+        if self.config.reference_mode:  # the reference cuts at any ending, "0.95" included
+            chars = "".join(re.escape(c) for c in sorted(self.endings) if len(c) == 1)
+            return re.compile(f"[{chars}]" if chars else "(?!)")
         # An ASCII ending only before whitespace or the end (not "0.95"); a CJK one anywhere.
         ascii_endings = "".join(re.escape(c) for c in self.endings if c not in CJK_SENTENCE_ENDINGS)
         cjk_endings = "".join(re.escape(c) for c in self.endings if c in CJK_SENTENCE_ENDINGS)
@@ -300,12 +341,19 @@ class _Splitter:
                 continue
             size = unit.end - unit.start
             overlapping = bool(acc) and unit.start < acc[-1].end  # midpoint-overlap pieces never share
-            if acc and (overlapping or chars + size > self.config.max_section_length or tokens + unit.tokens > self.cap):
+            if self.config.reference_mode:
+                # The reference measures the text it would emit, not a sum of span counts
+                # (a span's trailing space is a token alone but merges into the next word).
+                grown = self.count(self.join([*acc, unit])) if acc else unit.tokens
+            else:
+                grown = tokens + unit.tokens
+            if acc and (overlapping or chars + size > self.config.max_section_length or grown > self.cap):
                 groups.append(acc)
                 acc, chars, tokens = [], 0, 0
+                grown = unit.tokens
             acc.append(unit)
             chars += size
-            tokens += unit.tokens
+            tokens = grown
         if acc:
             groups.append(acc)
         return groups
@@ -364,8 +412,9 @@ class _Splitter:
         return []
 
     def fits(self, units: list[Unit]) -> bool:
-        tokens = sum(u.tokens for u in units)
-        return tokens <= self.cap and len(self.join(units).strip()) <= self.config.soft_limit
+        text = self.join(units)
+        tokens = self.count(text) if self.config.reference_mode else sum(u.tokens for u in units)
+        return tokens <= self.cap and len(text if self.config.reference_mode else text.strip()) <= self.config.soft_limit
 
     # -- text ------------------------------------------------------------------------
 
@@ -381,8 +430,28 @@ class _Splitter:
         return "".join(parts)
 
     def assemble(self, draft: _Draft) -> str:
-        draft.text = self.join(draft.units).strip()
+        text = self.join(draft.units)
+        if not self.config.reference_mode:
+            draft.text = text.strip()
+        elif not text.strip():
+            draft.text = ""
+        else:
+            draft.text = text if draft.figure else self.normalize(text)
         return draft.text
+
+    def normalize(self, text: str) -> str:
+        """The reference's normalization (reference mode): trim only whitespace that makes a small overflow.
+
+        Leading spaces go when they alone put the chunk over the soft budget;
+        trailing whitespace goes when the chunk is at most 3 characters over it
+        because of that whitespace alone.
+        """
+        limit = self.config.soft_limit
+        if len(text) > limit and len(text.lstrip(" ")) <= limit:
+            text = text.lstrip(" ")
+        if 0 < len(text) - limit <= 3 and len(text.rstrip()) <= limit:
+            text = text.rstrip()
+        return text
 
     # -- semantic overlap ------------------------------------------------------------
 
@@ -404,6 +473,24 @@ class _Splitter:
         return not ends_with_sentence_ending(text) and next_text[:1].islower() and not looks_like_heading(next_text)
 
     def overlap_prefix(self, text: str, target: int) -> str:
+        if self.config.reference_mode:
+            return self.reference_overlap_prefix(text, target)
+        return self.native_overlap_prefix(text, target)
+
+    def reference_overlap_prefix(self, text: str, target: int) -> str:
+        """The reference's look-ahead: from ``target`` characters, extend one character at a
+        time, stopping after a sentence ending, or after a word break once more than 20
+        characters past the target; with neither before the end of ``text``, the target
+        slice trimmed back to its last word break."""
+        if len(text) <= target:
+            return ""
+        for end in range(target, len(text)):
+            char = text[end]
+            if char in self.endings or (char in self.breaks and end + 1 - target > REFERENCE_OVERLAP_WORD_SLACK):
+                return text[: end + 1]
+        return self.trim_partial_word(text[:target])
+
+    def native_overlap_prefix(self, text: str, target: int) -> str:
         """About ``target`` chars from the start of ``text``, ended on a natural break.
 
         Extends up to half the target further to end on a sentence boundary (of
@@ -444,9 +531,15 @@ class _Splitter:
 
     def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
-        joiner = self.overlap_joiner(current, following, prefix)
+        if self.config.reference_mode:
+            # The chunk keeps its trailing whitespace: join directly, or with a space between words.
+            joiner = " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
+            current_tokens = self.count(current.text)
+        else:
+            joiner = self.overlap_joiner(current, following, prefix)
+            current_tokens = current.tokens
         room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+        room_tokens = self.cap - current_tokens - (1 if joiner else 0)
         while prefix:
             if len(prefix) <= room_chars and self.count_at(prefix, self.text_start(following)) <= room_tokens:
                 current.overlap = joiner + prefix

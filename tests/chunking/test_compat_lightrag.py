@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -129,7 +130,7 @@ def test_paragraph_semantic_header_mismatch_raises(tok):
 def test_paragraph_semantic_degrades_to_r_without_a_sidecar(tok, blocks_path, caplog, tmp_path):
     path = {"missing": tmp_path / "nope.blocks.jsonl", "empty": FIXTURES / "empty.blocks.jsonl"}.get(blocks_path, blocks_path)
     content = "Plain text without any sidecar. " * 30
-    with caplog.at_level(logging.WARNING, logger="chunking.compat.lightrag"):
+    with caplog.at_level(logging.WARNING, logger="lightrag"):
         out = L.chunking_by_paragraph_semantic(tok, content, 50, blocks_path=path, chunk_overlap_token_size=10)
     assert any("fallback to recursive_character" in r.message for r in caplog.records)
     assert out == L.chunking_by_recursive_character(tok, content, 50, chunk_overlap_token_size=10)
@@ -155,9 +156,9 @@ def _topic_embedding(texts):
 
 def test_semantic_vector_breaks_between_topics(tok):
     text = " ".join(TOPICS)
-    out = L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=_topic_embedding,
-                                        breakpoint_threshold_type="percentile", breakpoint_threshold_amount=50,
-                                        buffer_size=0)
+    out = asyncio.run(L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=_topic_embedding,
+                                                    breakpoint_threshold_type="percentile",
+                                                    breakpoint_threshold_amount=50, buffer_size=0))
     assert [d["content"] for d in out] == TOPICS
     for i, d in enumerate(out):
         assert set(d) == {"tokens", "content", "chunk_order_index", "_source_span"} and d["chunk_order_index"] == i
@@ -169,14 +170,36 @@ def test_semantic_vector_awaits_an_async_embedding_func(tok):
         return _topic_embedding(texts)
 
     text = " ".join(TOPICS)
-    out = L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=embed, breakpoint_threshold_amount=50, buffer_size=0)
+    out = asyncio.run(L.chunking_by_semantic_vector(tok, text, 1200, embedding_func=embed,
+                                                    breakpoint_threshold_amount=50, buffer_size=0))
     assert [d["content"] for d in out] == TOPICS
+    # The sync helper beside it awaits the coroutine itself.
+    sync = L.chunking_by_semantic_vector_sync(tok, text, 1200, embedding_func=embed, breakpoint_threshold_amount=50, buffer_size=0)
+    assert sync == out
+
+
+def test_semantic_vector_is_a_coroutine_function_and_runs_async_embeddings_on_the_callers_loop(tok):
+    assert inspect.iscoroutinefunction(L.chunking_by_semantic_vector)
+    loops = []
+
+    async def embed(texts):
+        loops.append(asyncio.get_running_loop())
+        return _topic_embedding(texts)
+
+    async def caller():
+        out = await L.chunking_by_semantic_vector(tok, " ".join(TOPICS), 1200, embedding_func=embed,
+                                                  breakpoint_threshold_amount=50, buffer_size=0)
+        return out, asyncio.get_running_loop()
+
+    out, loop = asyncio.run(caller())
+    assert [d["content"] for d in out] == TOPICS
+    assert loops and all(seen is loop for seen in loops)
 
 
 def test_semantic_vector_without_embedding_is_r_without_overlap(tok, caplog):
     text = "Sentence number one. " * 40
-    with caplog.at_level(logging.WARNING, logger="chunking.compat.lightrag"):
-        out = L.chunking_by_semantic_vector(tok, text, 50)
+    with caplog.at_level(logging.WARNING, logger="lightrag"):
+        out = asyncio.run(L.chunking_by_semantic_vector(tok, text, 50))
     assert out == L.chunking_by_recursive_character(tok, text, 50, chunk_overlap_token_size=0)
     assert any("fallback to recursive_character" in r.message for r in caplog.records)
-    assert L.chunking_by_semantic_vector(tok, "  ", 50, embedding_func=_topic_embedding) == []
+    assert asyncio.run(L.chunking_by_semantic_vector(tok, "  ", 50, embedding_func=_topic_embedding)) == []

@@ -9,6 +9,8 @@ Fixtures are hand-made ``.blocks.jsonl`` / ``.tables.json`` files in
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import math
@@ -21,6 +23,8 @@ from chunking import default_tokenizer
 from chunking.model import Block, Page, ParsedDocument
 from chunking.sidecar import read_blocks_jsonl, read_tables_json
 from chunking.strategies import paragraph as P
+from chunking.strategies.paragraph import model as M
+from chunking.strategies.paragraph import table_row_split as TRS
 from chunking.strategies.paragraph import ParagraphConfig, Thresholds, chunk_paragraph
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
 from chunking.tokenizers import CharTokenizer, count_tokens
@@ -111,7 +115,7 @@ def test_thresholds_derive_from_n():
     for n in (64, 500, 1200, 2000, 8000):
         t = Thresholds.from_size(n)
         assert t.table_max < t.target_ideal < t.target_max and t.table_ideal < t.table_max
-    assert P.MAX_ANCHOR_CANDIDATE_LENGTH == 100
+    assert M.MAX_ANCHOR_CANDIDATE_LENGTH == 100
 
 
 def test_config_defaults_and_validation():
@@ -133,7 +137,7 @@ def test_registered_spec():
 
 def test_heading_blocks_one_basic_block_per_content_line(tok):
     doc = load("seed_example")
-    sections = P.heading_blocks(doc.blocks, context(tok, 2000))
+    sections = P.heading_blocks.run(doc.blocks, context(tok, 2000))
     assert [s.sources for s in sections] == [(i,) for i in range(len(doc.blocks))]
     for sec, block in zip(sections, doc.blocks):
         assert sec.content == block.content and sec.tokens == count(tok, block.content)
@@ -142,7 +146,7 @@ def test_heading_blocks_one_basic_block_per_content_line(tok):
 
 def test_level_zero_counts_as_one_and_blank_lines_are_dropped(tok):
     blocks = [Block(index=0, heading="", level=0, content="preamble line\n\n  \nsecond line")]
-    (section,) = P.heading_blocks(blocks, context(tok, 2000))
+    (section,) = P.heading_blocks.run(blocks, context(tok, 2000))
     assert section.level == 1 and section.content == "preamble line\nsecond line"
 
 
@@ -243,10 +247,10 @@ def test_last_small_slice_swallowed_back(tok):
     ctx = context(tok, 10_000)
     row = count(tok, json.dumps(rows[0]))
     wrapper = count(tok, '<table id="t1" format="json"></table>')
-    keep_tail = P._TableLimits(slice_max=10_000, slice_ideal=row + wrapper, last_min=1, row_max=10_000)
-    swallow = P._TableLimits(slice_max=10_000, slice_ideal=row + wrapper, last_min=wrapper + row, row_max=10_000)
-    kept = P.split_table(text, ctx, keep_tail)
-    swallowed = P.split_table(text, ctx, swallow)
+    keep_tail = TRS._TableLimits(slice_max=10_000, slice_ideal=row + wrapper, last_min=1, row_max=10_000)
+    swallow = TRS._TableLimits(slice_max=10_000, slice_ideal=row + wrapper, last_min=wrapper + row, row_max=10_000)
+    kept = TRS.split_table(text, ctx, keep_tail)
+    swallowed = TRS.split_table(text, ctx, swallow)
     assert [json.loads(TABLE_RE.match(p.text).group("body")) for p in kept][-1] == [["e"]]
     assert len(swallowed) == len(kept) - 1
     assert json.loads(TABLE_RE.match(swallowed[-1].text).group("body"))[-2:] == [["d" * 40], ["e"]]
@@ -454,7 +458,7 @@ def test_anchor_nearest_each_ideal_position(tok):
     block = Block(index=0, heading="Long", level=1, content="\n".join(lines))
     n = math.ceil(count(tok, block.content) / 1.6)  # k = ceil(T / 0.75N) = 3 sub-blocks
     ctx = context(tok, n)
-    (section,) = P.heading_blocks([block], ctx)
+    (section,) = P.heading_blocks.run([block], ctx)
     counts = [count(tok, ln) for ln in lines]
     total = sum(counts)
     k = max(math.ceil(total / ctx.limits.target_ideal), math.ceil(total / n))
@@ -464,7 +468,7 @@ def test_anchor_nearest_each_ideal_position(tok):
         best = min(pool, key=lambda i: abs(pool[i] - j * total / k))
         expected.append(lines[best])
         del pool[best]
-    subs = P.anchor_split(section, ctx)
+    subs = P.anchor_split.run(section, ctx)
     assert [s.heading for s in subs[1:]] == sorted(expected, key=lines.index)
 
 
@@ -521,11 +525,11 @@ def test_merged_fragments_keep_only_the_main_suffix(tok):
 
 
 def test_suffixes_are_replaced_not_stacked():
-    assert P._strip_part_suffix("Results [part 2]") == "Results"
-    assert P._strip_part_suffix("Results [表格片段3] [part 1]") == "Results"
+    assert M._strip_part_suffix("Results [part 2]") == "Results"
+    assert M._strip_part_suffix("Results [表格片段3] [part 1]") == "Results"
     sec = P.Section("T [part 9]", "T", (), 1, (), "", 0, 0, (0,), 0)
-    assert [s.heading for s in P.part_labeling([sec, sec])] == ["T [part 1]", "T [part 2]"]
-    assert [s.heading for s in P.part_labeling([sec])] == ["T [part 9]"]
+    assert [s.heading for s in P.part_labeling.run([sec, sec])] == ["T [part 1]", "T [part 2]"]
+    assert [s.heading for s in P.part_labeling.run([sec])] == ["T [part 9]"]
 
 
 # --------------------------------------------------------------------------- §3.5 HeadingGlue
@@ -562,8 +566,8 @@ def test_heading_only_before_peer_or_shallower_is_not_glued(tok):
         Block(index=2, heading="2.5.1", level=3, parent_headings=["R", "2.5"], content="### 2.5.1"),
         Block(index=3, heading="3", level=1, content="# 3\nbody"),
     ]
-    sections = P.heading_blocks(blocks, ctx)
-    assert [s.sources for s in P.heading_glue(sections, ctx)] == [(0,), (1,), (2,), (3,)]
+    sections = P.heading_blocks.run(blocks, ctx)
+    assert [s.sources for s in P.heading_glue.run(sections, ctx)] == [(0,), (1,), (2,), (3,)]
 
 
 def test_glue_into_first_table_slice_keeps_it_first(tok):
@@ -639,7 +643,7 @@ def test_deep_block_never_absorbs_a_shallower_one(tok):
         Block(index=0, heading="1.1.1", level=3, parent_headings=["1", "1.1"], content="### 1.1.1\nsmall"),
         Block(index=1, heading="1.2", level=2, parent_headings=["1"], content="## 1.2\nsmall too"),
     ]
-    merged = P.level_merge(P.heading_blocks(blocks, ctx), ctx)
+    merged = P.level_merge.run(P.heading_blocks.run(blocks, ctx), ctx)
     assert [s.sources for s in merged] == [(0,), (1,)]
 
 
@@ -669,11 +673,11 @@ def test_an_over_cap_merge_is_undone(tok):
     a_text, b_text = "alpha beta gamma delta", "epsilon zeta eta theta"
     cap = max(count(tok, a_text), count(tok, b_text))
     ctx = context(tok, cap, overlap=0)
-    a = P.Section("a", "a", (), 1, (P.Paragraph(a_text),), a_text, count(tok, a_text), 0, (0,), 0)
-    b = P.Section("b", "b", (), 1, (P.Paragraph(b_text),), b_text, count(tok, b_text), 0, (1,), 1)
-    joined = P._join(a, b, ctx)
+    a = P.Section("a", "a", (), 1, (M.Paragraph(a_text),), a_text, count(tok, a_text), 0, (0,), 0)
+    b = P.Section("b", "b", (), 1, (M.Paragraph(b_text),), b_text, count(tok, b_text), 0, (1,), 1)
+    joined = M._join(a, b, ctx)
     assert count(tok, joined.content) > cap
-    lying = P.replace(joined, tokens=2)  # an estimate that a join made wrong (pending join)
+    lying = dataclasses.replace(joined, tokens=2)  # an estimate that a join made wrong (pending join)
     out = P._within_cap(lying, ctx)
     assert [(text, tokens) for _, text, tokens in out] == [(a_text, count(tok, a_text)), (b_text, count(tok, b_text))]
 
@@ -830,14 +834,14 @@ def test_counts_from_the_layout_are_exact(tok):
     doc = with_spans(_prose_blocks(24, 4, 40))
     recording = _RecordingTokenizer(tok)
     ctx = context(recording, 2000)
-    sections = P.heading_blocks(doc.blocks, ctx)
+    sections = P.heading_blocks.run(doc.blocks, ctx)
     assert len(ctx.layout) > 4096  # long enough for tiktoken's span index
     assert recording.counted == []  # every block answered by the tokenizer's span counter
     for sec in sections:
         assert sec.pending == 0 and sec.tokens == count(tok, sec.content)
         assert ctx.layout.startswith(sec.content, sec.paragraphs[0].at)
     # Consecutive blocks as LevelMerge joins them are spans of the layout too.
-    merged = sections[3].content + P.BLOCK_JOINER + sections[4].content
+    merged = sections[3].content + M.BLOCK_JOINER + sections[4].content
     assert ctx.count_at(merged, sections[3].paragraphs[0].at) == count(tok, merged)
     # A position that does not hold the text only costs a count, never a wrong one.
     assert ctx.count_at(sections[4].content, sections[3].paragraphs[0].at) == count(tok, sections[4].content)
@@ -851,7 +855,7 @@ def test_one_line_block_proven_over_cap_is_left_to_r_uncounted(tok):
     doc = with_spans([Block(block_id="b0", index=0, heading="H", level=1, parent_headings=[], content=line)])
     recording = _RecordingTokenizer(tok)
     ctx = context(recording, n)
-    [section] = P.heading_blocks(doc.blocks, ctx)
+    [section] = P.heading_blocks.run(doc.blocks, ctx)
     assert section.over_cap and n < section.tokens <= count(tok, line)
     assert len(line) not in recording.counted
     chunks = run(doc, tok, n)

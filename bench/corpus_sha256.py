@@ -1,0 +1,70 @@
+"""Fingerprint of every native strategy's output on ../shared/corpus: one sha256 to compare before and after a refactor.
+
+Dumps, for every parseable document and every strategy, each chunk's text, offsets, token
+count, pages, heading path, block ids and metadata as sorted-key JSON lines, and prints the
+sha256 of the dump. ``semantic`` runs with a deterministic fake embedder (vectors from the
+sha256 of each text), so the figure needs no model and is the same on every machine.
+
+    PYTHONPATH=. .venv/bin/python bench/corpus_sha256.py /tmp/chunks.jsonl [strategy,strategy,...]
+
+Default strategies: the six of the first wave (recursive, sentence, simple, sentence_window,
+paragraph, semantic), so a fingerprint stays comparable when a strategy is added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from chunking import default_tokenizer
+from chunking.parsers import is_sidecar_path, parse_document
+from chunking.strategies import get_strategy
+
+DEFAULT = ["recursive", "sentence", "simple", "sentence_window", "paragraph", "semantic"]
+
+
+class HashEmbedder:
+    """Unit vectors from the sha256 of each text: deterministic, no model."""
+
+    model_id, dimension = "sha256-fake", 16
+
+    def embed(self, texts):
+        rows = [np.frombuffer(hashlib.sha256(t.encode("utf-8")).digest()[:16], dtype=np.uint8).astype(np.float32) - 127.5
+                for t in texts]
+        vectors = np.array(rows, dtype=np.float32).reshape(len(texts), self.dimension)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        norms[norms == 0] = 1
+        return vectors / norms
+
+
+def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus")) -> str:
+    tokenizer, embedder = default_tokenizer(), HashEmbedder()
+    with open(out_path, "w", encoding="utf-8") as out:
+        for path in sorted(corpus.rglob("*")):
+            if not path.is_file() or is_sidecar_path(path) or (path.name == "README.md" and path.parent == corpus):
+                continue
+            rel = str(path.relative_to(corpus))
+            try:
+                doc = parse_document(path, rel)
+            except Exception as exc:  # hostile files: the failure itself is part of the fingerprint
+                out.write(json.dumps({"doc": rel, "error": type(exc).__name__}) + "\n")
+                continue
+            for name in names:
+                spec = get_strategy(name)
+                try:
+                    chunks = spec.chunk(doc, spec.default_config(), tokenizer, embedder)
+                except Exception as exc:
+                    out.write(json.dumps({"doc": rel, "strategy": name, "error": f"{type(exc).__name__}: {exc}"[:300]}) + "\n")
+                    continue
+                for i, chunk in enumerate(chunks):
+                    row = {"doc": rel, "strategy": name, "i": i, **chunk.model_dump(mode="json")}
+                    out.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+    return hashlib.sha256(Path(out_path).read_bytes()).hexdigest()
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1], sys.argv[2].split(",") if len(sys.argv) > 2 else DEFAULT))
