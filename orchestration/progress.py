@@ -138,7 +138,7 @@ def render_plain(progress: RunProgress, step: StepProgress, now: float) -> str:
     rate = progress.rate(now)
     return (
         f"  run {progress.run_index}/{progress.runs_total} {step.name}: {step.outcome} "
-        f"({step.documents} doc); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
+        f"({step.documents} documents); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
         f"{f'{rate:.2f}' if rate else '-'} doc/s, ETA {format_seconds(progress.eta(now))}"
     )
 
