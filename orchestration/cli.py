@@ -315,14 +315,23 @@ def strategy_fields() -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def strategies_markdown(rows: list[tuple[str, str, str, str, str]]) -> str:
+    """The README's table of strategy config fields (between its ``strategies-table`` markers)."""
+    from orchestration.status import cell
+
+    lines = ["| strategy | field | type | default | meaning |", "|---|---|---|---|---|"]
+    for strategy, name, kind, default, meaning in rows:
+        values = [strategy, f"`{name}`", kind, f"`{cell(default)}`", meaning]
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")
+    return "\n".join(lines)
+
+
 def cmd_strategies(args: argparse.Namespace) -> int:
     from orchestration.status import format_table
 
     rows = strategy_fields()
     if args.markdown:
-        print("| strategy | field | type | default | meaning |\n|---|---|---|---|---|")
-        for row in rows:
-            print("| " + " | ".join(f"`{v}`" if i in (1, 3) else v.replace("|", "\\|") for i, v in enumerate(row)) + " |")
+        print(strategies_markdown(rows))
     else:
         print(format_table(["strategy", "field", "type", "default", "meaning"], rows, max_cell=None))
     return 0

@@ -240,3 +240,11 @@ def test_tally_reads_real_dagster_check_and_failure_events():
     assert tally.run_errors == [
         "run 01234567 step chunks_sentence: ValueError: boom (full trace: the run's logs in `make ui`)"]
     assert "a.md" not in tally.failures  # a WARN is not a failed document
+
+
+def test_readme_strategy_table_is_the_generated_one():
+    from orchestration.cli import strategies_markdown, strategy_fields
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("<!-- strategies-table:start -->\n", 1)[1].split("\n<!-- strategies-table:end -->", 1)[0]
+    assert table == strategies_markdown(strategy_fields()), "regenerate with: chunkyard strategies --markdown"
