@@ -161,8 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = execute({RANGE_START: batch[0], RANGE_END: batch[-1]}, index, len(batch))
         progress.end_run()
         errored = [d for d in batch if (store.document(d) or {}).get("status") == "error"]
-        # A lone bad document fails its own (one-partition) run: that is the document's failure.
-        if not result.success and not (len(batch) == 1 and (errored or batch[0] in tally.failures)):
+        if batch_failed(result.success, batch, set(errored) | set(tally.failures)):
             tally.failed_batches += 1
         print(f"  run {result.run_id[:8]}: {len(batch)} document(s) {batch[0]} .. {batch[-1]}: "
               f"{'ok' if result.success else 'FAILED'}", flush=True)
@@ -176,6 +175,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed_here = documents_failed_in_run(store, selected, tally)
     print_summary(store, tally, failed_here, time.monotonic() - started, store_resource.path, folder.root_path)
     return exit_code(tally, len(failed_here))
+
+
+def batch_failed(success: bool, batch: list[str], failed_documents: set[str]) -> bool:
+    """A run failed for a reason other than one bad document (exit code 2).
+
+    A bad document fails its own one-partition run by design (so Dagster records
+    the failure on its partition): that is the document's failure (exit code 1).
+    A multi-document batch never fails for one bad document, so its failure is a bug
+    or a blocking check.
+    """
+    return not success and not (len(batch) == 1 and batch[0] in failed_documents)
 
 
 def failed_and_unchanged(store, unchanged: list[str]) -> set[str]:

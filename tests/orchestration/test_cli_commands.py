@@ -248,3 +248,23 @@ def test_readme_strategy_table_is_the_generated_one():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     table = readme.split("<!-- strategies-table:start -->\n", 1)[1].split("\n<!-- strategies-table:end -->", 1)[0]
     assert table == strategies_markdown(strategy_fields()), "regenerate with: chunkyard strategies --markdown"
+
+
+def test_a_lone_bad_document_is_a_document_failure_a_failed_batch_is_not():
+    from orchestration.cli import batch_failed
+
+    assert not batch_failed(True, ["a", "b"], {"a"})
+    assert not batch_failed(False, ["bad.pdf"], {"bad.pdf"})  # its own run fails by design: exit 1
+    assert batch_failed(False, ["a", "b"], {"a"})  # a batch does not fail for one document: a bug, exit 2
+    assert batch_failed(False, ["good.md"], set())
+
+
+def test_an_internal_error_is_one_line_and_exit_code_2(monkeypatch, capsys):
+    from orchestration.cli import Verb
+
+    def broken(args):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(VERBS, "boom", Verb("fails", lambda p: None, broken))
+    code, out, err = run_main(capsys, "boom")
+    assert code == 2 and err.strip() == "chunkyard boom: internal error: RuntimeError: disk on fire"
