@@ -101,6 +101,13 @@ def format_seconds(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
 
 
+def format_rate(rate: float | None) -> str:
+    """Documents per second, or seconds per document when below one (slow runs stay readable)."""
+    if not rate:
+        return "- doc/s"
+    return f"{rate:.1f} doc/s" if rate >= 1 else f"{1 / rate:.1f} s/doc"
+
+
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     filled = int(round(max(0.0, min(1.0, fraction)) * width))
     return "#" * filled + "-" * (width - filled)
@@ -108,12 +115,11 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 def overall_line(progress: RunProgress, now: float) -> str:
     """``documents  12.4/40 [####----] 0.8 doc/s ETA 00:34`` (figures only, no bar, when plain)."""
-    rate = progress.rate(now)
     total = progress.total_documents or 1
     return (
         f"documents {progress.documents_done:5.1f}/{progress.total_documents} "
-        f"[{bar(progress.documents_done / total)}] "
-        f"{f'{rate:.2f}' if rate else '-'} doc/s  ETA {format_seconds(progress.eta(now))}"
+        f"[{bar(progress.documents_done / total)}] {format_rate(progress.rate(now))}  "
+        f"elapsed {format_seconds(now - progress.started)}  ETA {format_seconds(progress.eta(now))}"
     )
 
 
@@ -135,11 +141,11 @@ def render_tty(progress: RunProgress, now: float) -> str:
 
 def render_plain(progress: RunProgress, step: StepProgress, now: float) -> str:
     """One line per finished step, for logs and pipes: no bars redrawn, no control characters."""
-    rate = progress.rate(now)
     return (
         f"  run {progress.run_index}/{progress.runs_total} {step.name}: {step.outcome} "
         f"({step.documents} documents); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
-        f"{f'{rate:.2f}' if rate else '-'} doc/s, ETA {format_seconds(progress.eta(now))}"
+        f"{format_rate(progress.rate(now))}, elapsed {format_seconds(now - progress.started)}, "
+        f"ETA {format_seconds(progress.eta(now))}"
     )
 
 

@@ -170,8 +170,8 @@ def test_plain_progress_prints_one_line_per_finished_step_with_rate_and_eta():
     progress.end_run()
     lines = out.getvalue().splitlines()
     assert lines == [
-        "  run 1/2 parsed_documents: done (5 documents); overall 2.5/10 documents, 0.50 doc/s, ETA 00:15",
-        "  run 1/2 chunks_recursive: FAILED (5 documents); overall 5.0/10 documents, 1.00 doc/s, ETA 00:05",
+        "  run 1/2 parsed_documents: done (5 documents); overall 2.5/10 documents, 2.0 s/doc, elapsed 00:05, ETA 00:15",
+        "  run 1/2 chunks_recursive: FAILED (5 documents); overall 5.0/10 documents, 1.0 doc/s, elapsed 00:05, ETA 00:05",
     ]
     assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
     assert progress.documents_done == 5.0
@@ -186,7 +186,7 @@ def test_tty_progress_redraws_bars_in_place():
     progress.document_done("parsed_documents", "a")
     printer.redraw()
     drawn = out.getvalue()
-    assert drawn.startswith("\r\x1b[2Kdocuments   1.0/4 [######------------------] 0.50 doc/s  ETA 00:06")
+    assert drawn.startswith("\r\x1b[2Kdocuments   1.0/4 [######------------------] 2.0 s/doc  elapsed 00:02  ETA 00:06")
     assert "run 1/1 step 0/1 parsed_documents" in drawn and "[###---------] 1/4" in drawn
 
 
