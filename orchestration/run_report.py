@@ -75,6 +75,9 @@ class RunTally:
         self.runs += 1
         if not result.success:
             self.failed_runs += 1
+        # A one-partition run's check results carry no partition: they are that partition's.
+        run = getattr(result, "dagster_run", None)
+        single_partition = single_partition_of(run.tags) if run is not None else None
         counted_steps: set[str] = set()
         for event in result.all_events:
             kind = event.event_type
@@ -89,14 +92,15 @@ class RunTally:
                         setattr(self, name, getattr(self, name) + int(metadata[name].value))
             elif kind == DagsterEventType.ASSET_CHECK_EVALUATION:
                 evaluation = event.event_specific_data
-                # Range runs may also emit an unpartitioned summary; count per-document outcomes only.
-                if evaluation.partition is None:
+                document = evaluation.partition or single_partition
+                # Range runs also emit an unpartitioned summary; count per-document outcomes only.
+                if document is None:
                     continue
                 asset = evaluation.asset_key.to_user_string()
                 outcome = check_outcome(evaluation.passed, evaluation.severity == AssetCheckSeverity.WARN)
-                self.checks[(f"{asset}.{evaluation.check_name}", evaluation.partition)] = outcome
+                self.checks[(f"{asset}.{evaluation.check_name}", document)] = outcome
                 if outcome == FAILED:
-                    self.note_failure(evaluation.partition, stage_of(asset), evaluation.description or "")
+                    self.note_failure(document, stage_of(asset), evaluation.description or "")
             elif kind == DagsterEventType.STEP_FAILURE:
                 self._note_step_failure(result.run_id, event)
 
@@ -124,6 +128,14 @@ class RunTally:
         for (name, _), outcome in self.checks.items():
             counts.setdefault(name, Counter())[outcome] += 1
         return counts
+
+
+def single_partition_of(tags) -> str | None:
+    """The one partition a run covers (a partition tag, or a range whose ends are equal), else None."""
+    if tags.get("dagster/partition"):
+        return tags["dagster/partition"]
+    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    return start if start is not None and start == end else None
 
 
 def check_outcome(passed: bool, warn_severity: bool) -> str:

@@ -241,6 +241,18 @@ def test_tally_reads_real_dagster_check_and_failure_events():
         "run 01234567 step chunks_sentence: ValueError: boom (full trace: the run's logs in `make ui`)"]
     assert "a.md" not in tally.failures  # a WARN is not a failed document
 
+    # A one-partition run's results carry no partition of their own: they are the run's partition's.
+    single = RunTally()
+    run = SimpleNamespace(tags={"dagster/partition": "c.md"})
+    single.add_run(SimpleNamespace(success=True, run_id="x", dagster_run=run, all_events=[
+        evaluation("chunks_simple", "token_cap", None, True, AssetCheckSeverity.ERROR)]))
+    assert single.checks == {("chunks_simple.token_cap", "c.md"): PASSED}
+    from orchestration.run_report import single_partition_of
+
+    ends = {"dagster/asset_partition_range_start": "d.md", "dagster/asset_partition_range_end": "d.md"}
+    assert single_partition_of(ends) == "d.md"
+    assert single_partition_of({**ends, "dagster/asset_partition_range_end": "e.md"}) is None
+
 
 def test_readme_strategy_table_is_the_generated_one():
     from orchestration.cli import strategies_markdown, strategy_fields
