@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -147,13 +148,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     def execute(tags: dict[str, str], index: int, documents: int):
         token = uuid.uuid4().hex
         progress.start_run(index, len(batches), documents)
-        if args.progress == "none":
+        watcher = nullcontext() if args.progress == "none" else EventLogWatcher(instance, (BATCH_TAG, token), printer)
+        with watcher:
             result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token},
                                  run_config=QUIET, raise_on_error=False)
-        else:
-            with EventLogWatcher(instance, (BATCH_TAG, token), printer):
-                result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token},
-                                     run_config=QUIET, raise_on_error=False)
         tally.add_run(result)
         return result
 

@@ -143,7 +143,7 @@ def render_plain(progress: RunProgress, step: StepProgress, now: float) -> str:
     """One line per finished step, for logs and pipes: no bars redrawn, no control characters."""
     return (
         f"  run {progress.run_index}/{progress.runs_total} {step.name}: {step.outcome} "
-        f"({step.documents} documents); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
+        f"({step.documents} document{'s' if step.documents != 1 else ''}); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
         f"{format_rate(progress.rate(now))}, elapsed {format_seconds(now - progress.started)}, "
         f"ETA {format_seconds(progress.eta(now))}"
     )
