@@ -33,7 +33,13 @@ def chunk_document(
     embedder: Any = None,
     **config: Any,
 ) -> list[Chunk]:
-    """Chunk a parsed document with a registered strategy; ``config`` are its fields."""
+    """Chunk a parsed document with a registered strategy; ``config`` are its fields.
+
+    ``chunk_token_size`` / ``chunk_overlap_token_size`` work for every strategy with
+    a token cap (mapped to its own field); an unknown field raises
+    ``StrategyConfigError`` listing the valid ones. ``semantic`` needs ``embedder``
+    (or ``allow_recursive_fallback=True``).
+    """
     from chunking.strategies import get_strategy
 
     spec = get_strategy(strategy)

@@ -1,14 +1,20 @@
-"""``python -m orchestration.cli run``: ingest a folder through Dagster, in batches.
+"""``chunkyard``: ingest a folder through Dagster, and look at what is stored.
 
-Every run goes through the persistent Dagster instance (``$DAGSTER_HOME``,
-default ``.dagster/``), so ``make ui`` shows the same history. Documents are
-processed in partition-range runs of up to ``--batch`` documents (a run costs
-seconds of overhead; one run per document would dominate). A document that
-fails inside a batch is then re-run alone, so Dagster records the failure on
-its own partition with the message that names the file and the cause.
+Verbs (``chunkyard VERB --help`` for each): ``run`` ingests, ``status`` shows what
+is stored per folder and strategy and which documents failed (it runs nothing),
+``show`` writes the chunk viewer page of a document, ``sql`` runs read-only SQL
+against the database, ``strategies`` lists every strategy's config fields.
+``python -m orchestration.cli VERB`` is the same command.
 
+``run`` goes through the persistent Dagster instance (``$DAGSTER_HOME``, default
+``.dagster/``), so ``make ui`` shows the same history. Documents are processed
+in partition-range runs of up to ``--batch`` documents (a run costs seconds of
+overhead; one run per document would dominate). A document that fails inside a
+batch is then re-run alone, so Dagster records the failure on its own partition.
 Only what is new, changed, missing or stale is run; ``--force`` runs everything
 (and, thanks to the embedding cache, still embeds nothing that is unchanged).
+The terminal gets progress and one line per failed document; full traces stay
+in the run's event log.
 """
 
 from __future__ import annotations
@@ -18,15 +24,25 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from orchestration.run_report import EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
-# The event log keeps everything; the terminal gets warnings and errors only.
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+BATCH_TAG = "chunkyard/cli_batch"  # finds the run being executed, for progress
+# The event log keeps everything (traces included, shown by `make ui`); the terminal
+# gets progress and one line per failed document from this CLI instead.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
 
 
 def ensure_dagster_home() -> Path:
@@ -38,6 +54,13 @@ def ensure_dagster_home() -> Path:
         shutil.copyfile(REPO_ROOT / "dagster.yaml", config)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+def quiet_libraries() -> None:
+    """No library progress bars or info chatter between our own lines."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: int) -> list[list[str]]:
@@ -60,57 +83,26 @@ def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: 
     return batches
 
 
-@dataclass
-class RunTally:
-    runs: int = 0
-    failed_runs: int = 0
-    failed_batches: int = 0  # batch runs that failed (a bug or a blocking check), not lone bad documents
-    new_embeddings: int = 0
-    cache_hits: int = 0
-    # (asset.check, document) -> passed; a later run's outcome replaces an earlier one.
-    checks: dict[tuple[str, str], bool] = field(default_factory=dict)
-
-    def add_run(self, result) -> None:
-        from dagster import DagsterEventType
-
-        self.runs += 1
-        if not result.success:
-            self.failed_runs += 1
-        counted_steps: set[str] = set()
-        for event in result.all_events:
-            if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
-                # A range run repeats the step's metadata on every partition's event.
-                if event.step_key in counted_steps:
-                    continue
-                counted_steps.add(event.step_key)
-                metadata = event.event_specific_data.materialization.metadata
-                for name, attr in (("new_embeddings", "new_embeddings"), ("cache_hits", "cache_hits")):
-                    if name in metadata:
-                        setattr(self, attr, getattr(self, attr) + int(metadata[name].value))
-            elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
-                evaluation = event.event_specific_data
-                # Range runs also emit an unpartitioned summary; count per-document outcomes only.
-                if evaluation.partition is None:
-                    continue
-                name = f"{evaluation.asset_key.to_user_string()}.{evaluation.check_name}"
-                self.checks[(name, evaluation.partition)] = evaluation.passed
+# --- run ---------------------------------------------------------------------------
 
 
-def run(docs: str | None, force: bool, batch_size: int) -> int:
-    if docs:
-        os.environ["CHUNKYARD_DOCS"] = docs
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.docs:
+        os.environ["CHUNKYARD_DOCS"] = args.docs
+    quiet_libraries()
     ensure_dagster_home()
     # Imported after the environment is set: the definitions read it at import.
     from dagster import DagsterInstance, execute_job, reconstructable
 
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
+    from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.schedules import plan_refresh, stale_chunk_docs
     from resources.documents import sha256_file
 
     started = time.monotonic()
+    batch_size = max(1, args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
     store = store_resource.store()
@@ -131,13 +123,16 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
         instance.add_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME, to_add)
     ordered = [k for k in instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME) if k in current]
 
-    if force:
+    if args.force:
         selected = set(current)
     else:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store, definitions.project.config_hashes)
         selected = set(changes.to_process) | set(plan_refresh(ordered, materialized, graph_order, stale))
+        # A document that failed and has not changed since would only fail again: an unchanged
+        # folder is a no-op (exit 0). --force retries them (e.g. after raising a limit).
+        selected -= failed_and_unchanged(store, changes.unchanged)
 
     job = reconstructable(definitions.ingest_job)
     tally = RunTally()
@@ -145,29 +140,70 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     print(f"chunkyard: {len(current)} documents in {folder.root_path}: {len(changes.new)} new, "
           f"{len(changes.changed)} changed, {len(changes.deleted)} deleted; "
           f"{len(selected)} to process in {len(batches)} run(s)", flush=True)
-    for batch in batches:
-        tags = {RANGE_START: batch[0], RANGE_END: batch[-1]}
-        result = execute_job(job, instance=instance, tags=tags, run_config=QUIET, raise_on_error=False)
+
+    tty = sys.stdout.isatty() if args.progress == "auto" else args.progress == "bar"
+    progress = RunProgress(len(selected), len(definitions.project.graph_order), time.monotonic())
+    printer = ProgressPrinter(progress, sys.stdout, tty=tty)
+
+    def execute(tags: dict[str, str], index: int, documents: int):
+        token = uuid.uuid4().hex
+        progress.start_run(index, len(batches), documents)
+        watcher = nullcontext() if args.progress == "none" else EventLogWatcher(instance, (BATCH_TAG, token), printer)
+        with watcher:
+            result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token},
+                                 run_config=QUIET, raise_on_error=False)
         tally.add_run(result)
-        if not result.success:
+        return result
+
+    for index, batch in enumerate(batches, start=1):
+        result = execute({RANGE_START: batch[0], RANGE_END: batch[-1]}, index, len(batch))
+        progress.end_run()
+        errored = [d for d in batch if (store.document(d) or {}).get("status") == "error"]
+        if batch_failed(result.success, batch, set(errored) | set(tally.failures)):
             tally.failed_batches += 1
         print(f"  run {result.run_id[:8]}: {len(batch)} document(s) {batch[0]} .. {batch[-1]}: "
               f"{'ok' if result.success else 'FAILED'}", flush=True)
-        failed_alone = [d for d in batch if len(batch) > 1 and (store.document(d) or {}).get("status") == "error"]
-        for doc_id in failed_alone:
+        for doc_id in (errored if len(batch) > 1 else []):
             # Re-run alone so the failure lands on this document's own partition.
-            single = execute_job(
-                job, instance=instance, tags={"dagster/partition": doc_id}, run_config=QUIET, raise_on_error=False
-            )
-            tally.add_run(single)
+            progress.total_documents += 1
+            single = execute({"dagster/partition": doc_id}, index, 1)
+            progress.end_run()
             print(f"  run {single.run_id[:8]}: {doc_id} alone: {'ok' if single.success else 'failed'}", flush=True)
 
-    print_summary(store, tally, time.monotonic() - started, store_resource.path)
-    # Bad documents are expected and reported; a failed batch is not.
-    return 1 if tally.failed_batches else 0
+    failed_here = documents_failed_in_run(store, selected, tally)
+    print_summary(store, tally, failed_here, time.monotonic() - started, store_resource.path, folder.root_path)
+    return exit_code(tally, len(failed_here))
 
 
-def print_summary(store, tally: RunTally, elapsed: float, db_path: str) -> None:
+def batch_failed(success: bool, batch: list[str], failed_documents: set[str]) -> bool:
+    """A run failed for a reason other than one bad document (exit code 2).
+
+    A bad document fails its own one-partition run by design (so Dagster records
+    the failure on its partition): that is the document's failure (exit code 1).
+    A multi-document batch never fails for one bad document, so its failure is a bug
+    or a blocking check.
+    """
+    return not success and not (len(batch) == 1 and batch[0] in failed_documents)
+
+
+def failed_and_unchanged(store, unchanged: list[str]) -> set[str]:
+    """Documents stored as failed whose bytes are the ones that failed (same sha256)."""
+    return {doc_id for doc_id in unchanged if (store.document(doc_id) or {}).get("status") == "error"}
+
+
+def documents_failed_in_run(store, processed: set[str], tally: RunTally) -> list[DocumentFailure]:
+    """Every document of this run that failed: from its checks and step failures, or stored as an error."""
+    failures = dict(tally.failures)
+    for doc_id in sorted(processed - set(failures)):
+        row = store.document(doc_id) or {}
+        if row.get("status") == "error":
+            tally.note_failure(doc_id, "parse", row.get("error") or "")
+            failures[doc_id] = tally.failures[doc_id]
+    return [failures[d] for d in sorted(failures)]
+
+
+def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], elapsed: float,
+                  db_path: str, root: str) -> None:
     summary = store.summary()
     docs = summary["documents"]
     print("\n== chunkyard summary ==")
@@ -178,30 +214,231 @@ def print_summary(store, tally: RunTally, elapsed: float, db_path: str) -> None:
     print(f"runs: {tally.runs} ({tally.failed_runs} failed)")
     print(f"new embeddings: {tally.new_embeddings} (cache hits: {tally.cache_hits}; "
           f"cache size: {summary['embedding_cache']})")
-    if tally.checks:
-        print("checks (per document):")
-        outcomes = Counter((name, passed) for (name, _), passed in tally.checks.items())
-        for name in sorted({name for name, _ in tally.checks}):
-            print(f"  {name:<55} {outcomes[(name, True)]:>5} passed {outcomes[(name, False)]:>5} failed")
-    if summary["errors"]:
-        print("documents that failed:")
-        for doc_id, error in summary["errors"]:
-            print(f"  {doc_id}: {error}")
+    counts = tally.check_counts()
+    if counts:
+        print("checks (per document; warn = a WARN check that did not pass, failed = an ERROR check):")
+        width = max(map(len, counts))
+        for name in sorted(counts):
+            c = counts[name]
+            print(f"  {name:<{width}} {c[PASSED]:>5} passed {c[WARN]:>5} warn {c[FAILED]:>5} failed")
+    if failed_here:
+        print(f"documents that failed in this run ({len(failed_here)}):")
+        for failure in failed_here:
+            print(f"  {failure.line()}")
+    earlier = [doc_id for doc_id, _ in summary["errors"] if doc_id not in {f.document for f in failed_here}]
+    if earlier:
+        print(f"documents that failed before and did not change: {len(earlier)}, not retried "
+              f"(chunkyard status lists them; run --force retries)")
+    for line in tally.run_errors:
+        print(f"run error: {line}")
     print(f"elapsed: {elapsed:.1f} s")
     print(f"database: {Path(db_path).resolve()}")
 
 
+# --- status, show, sql, strategies -------------------------------------------------
+
+
+def open_store(db: str | None):
+    """The store named by ``--db``, else the settings (``chunkyard.toml``, ``CHUNKYARD_DB``); must exist."""
+    from orchestration.settings import load_settings
+    from resources.store import ChunkStore
+
+    path = Path(db or load_settings().db_path)
+    if not path.is_file():
+        raise CliError(f"no database at {path.resolve()} yet: run `chunkyard run --docs FOLDER` first (or pass --db)")
+    return ChunkStore(path)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from orchestration.status import format_status, stored_status
+
+    store = open_store(args.db)
+    with store.connect(read_only=True) as con:
+        folders = stored_status(con)
+    print(format_status(folders, str(store.path.resolve())))
+    return 0
+
+
+def resolve_document(store, name: str) -> str:
+    """A stored doc_id from ``name``: the id itself, or a unique stored source path / file name."""
+    with store.connect(read_only=True) as con:
+        rows = con.execute("SELECT doc_id, coalesce(source_path, doc_id) FROM documents ORDER BY doc_id").fetchall()
+    ids = {doc_id for doc_id, _ in rows}
+    if name in ids:
+        return name
+    wanted = Path(name).name
+    matches = sorted({doc_id for doc_id, path in rows if path == name or Path(path).name == wanted
+                      or name.endswith("/" + path)})
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise CliError(f"{name!r} matches several documents: {', '.join(matches)}; give the document id")
+    known = ", ".join(sorted(ids)[:10]) + (" ..." if len(ids) > 10 else "")
+    raise CliError(f"no stored document {name!r}; stored: {known or 'none'} (chunkyard status lists them)")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from orchestration.viewer import write_viewer
+
+    store = open_store(args.db)
+    doc_id = resolve_document(store, args.document)
+    strategies = [s.strip() for s in args.strategy.split(",") if s.strip()] if args.strategy else None
+    try:
+        path = write_viewer(store, doc_id, strategies, args.output)
+    except LookupError as exc:
+        raise CliError(str(exc)) from None
+    print(f"{doc_id}: viewer written to {path.resolve()}")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from orchestration.status import run_sql
+
+    query = sys.stdin.read() if args.query in (None, "-") else args.query
+    store = open_store(args.db)
+    with store.connect(read_only=True) as con:
+        try:
+            print(run_sql(con, query, args.max_rows))
+        except duckdb.Error as exc:
+            raise CliError(f"sql: {exc}") from None
+    return 0
+
+
+def strategy_fields() -> list[tuple[str, str, str, str, str]]:
+    """(strategy, field, type, default, description) for every registered strategy's config."""
+    from chunking.strategies import COMMON_NAMES, all_strategies
+
+    rows = []
+    for spec in all_strategies():
+        for name, info in spec.config_model.model_fields.items():
+            annotation = info.annotation
+            kind = annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+            default = spec.default_config().__dict__.get(name, info.default)
+            rows.append((spec.name, name, kind, repr(default), info.description or ""))
+        for common, rule in COMMON_NAMES.get(spec.name, {}).items():
+            rows.append((spec.name, common, "int", "-", f"common name for {rule['field']}"
+                         + "".join(f" (sets {k}={v!r})" for k, v in rule.get("also", {}).items())))
+    return rows
+
+
+def strategies_markdown(rows: list[tuple[str, str, str, str, str]]) -> str:
+    """The README's table of strategy config fields (between its ``strategies-table`` markers)."""
+    from orchestration.status import cell
+
+    lines = ["| strategy | field | type | default | meaning |", "|---|---|---|---|---|"]
+    for strategy, name, kind, default, meaning in rows:
+        values = [strategy, f"`{name}`", kind, f"`{cell(default)}`", meaning]
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")
+    return "\n".join(lines)
+
+
+def cmd_strategies(args: argparse.Namespace) -> int:
+    from orchestration.status import format_table
+
+    rows = strategy_fields()
+    if args.markdown:
+        print(strategies_markdown(rows))
+    else:
+        print(format_table(["strategy", "field", "type", "default", "meaning"], rows, max_cell=None))
+    return 0
+
+
+# --- the command line ----------------------------------------------------------------
+
+EXIT_CODES = """exit codes: 0 = every document processed in this run is fine (an unchanged folder
+is a no-op and exits 0); 1 = at least one document failed in this run (read,
+parse or an ERROR check; one line each above the summary); 2 = a run failed for
+another reason (a bug, a blocking check stopping a batch) or the command failed."""
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--docs", help="documents folder (default: settings docs_root, examples/docs)")
+    p.add_argument("--force", action="store_true", help="re-run every document, not only what changed")
+    p.add_argument("--batch", type=int, default=25, help="documents per run (default 25)")
+    p.add_argument("--progress", choices=["auto", "bar", "plain", "none"], default="auto",
+                   help="bars redrawn in place (bar), a line per finished step (plain), or none; "
+                        "auto = bar on a terminal, plain otherwise")
+
+
+def add_db_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="DuckDB file (default: settings db_path, data/chunkyard.duckdb, or $CHUNKYARD_DB)")
+
+
+def add_show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("document", help="document id (as `chunkyard status` lists it), its path or its file name")
+    p.add_argument("--strategy", help="comma-separated strategies to show side by side (default: every stored one)")
+    p.add_argument("-o", "--output", help="HTML file to write (default: <db dir>/viewer/<document>.html)")
+    add_db_argument(p)
+
+
+def add_sql_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", nargs="?", help="SQL to run read-only; '-' or nothing reads it from stdin")
+    p.add_argument("--max-rows", type=int, default=100, help="rows printed at most (default 100)")
+    add_db_argument(p)
+
+
+def add_strategies_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table (the README's)")
+
+
+@dataclass(frozen=True)
+class Verb:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    epilog: str | None = None
+
+
+# One entry per verb: adding a subcommand is adding a line here (or calling add_verb).
+VERBS: dict[str, Verb] = {
+    "run": Verb("ingest a folder of documents through Dagster", add_run_arguments, cmd_run, EXIT_CODES),
+    "status": Verb("what is stored per folder and strategy, and failed documents (runs nothing)",
+                   add_db_argument, cmd_status),
+    "show": Verb("write a document's chunk viewer (HTML, strategies side by side)", add_show_arguments, cmd_show),
+    "sql": Verb("run SQL against the database, read-only, and print a table", add_sql_arguments, cmd_sql),
+    "strategies": Verb("list every strategy's config fields", add_strategies_arguments, cmd_strategies),
+}
+
+
+def add_verb(name: str, verb: Verb) -> None:
+    VERBS[name] = verb
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chunkyard", description="chunkyard: ingest a folder of documents through Dagster into chunks and "
+        "embeddings in DuckDB, and look at what is stored. `chunkyard VERB --help` for each verb.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+    for name, verb in VERBS.items():
+        p = sub.add_parser(name, help=verb.help, description=verb.help, epilog=verb.epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        verb.add_arguments(p)
+        p.set_defaults(handler=verb.handler)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="chunkyard", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run_p = sub.add_parser("run", help="ingest a folder of documents through Dagster")
-    run_p.add_argument("--docs", help="documents folder (default: settings docs_root, examples/docs)")
-    run_p.add_argument("--force", action="store_true", help="re-run every document, not only what changed")
-    run_p.add_argument("--batch", type=int, default=25, help="documents per run (default 25)")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        return run(args.docs, args.force, max(1, args.batch))
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except CliError as exc:
+        print(f"chunkyard {args.command}: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    except BrokenPipeError:  # `chunkyard sql ... | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"chunkyard {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal error: one line and exit 2, never a silent 0
+        print(f"chunkyard {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if os.environ.get("CHUNKYARD_DEBUG"):
+            raise
+        return EXIT_RUN_FAILED
 
 
 if __name__ == "__main__":

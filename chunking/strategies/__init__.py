@@ -40,7 +40,78 @@ class StrategySpec:
         return self.config_model()
 
     def parse_config(self, values: dict[str, Any] | None) -> BaseModel:
-        return self.config_model.model_validate(values or {})
+        """Validate ``values`` into this strategy's config model.
+
+        The common names ``chunk_token_size`` / ``chunk_overlap_token_size`` are
+        accepted by every strategy that has a token cap (translated to its own
+        field, see ``COMMON_NAMES``); a name the model does not know fails with
+        an error listing the valid ones instead of pydantic's bare "Extra inputs".
+        """
+        values = translate_common_names(self.name, dict(values or {}))
+        unknown = sorted(set(values) - set(self.config_model.model_fields))
+        if unknown:
+            raise StrategyConfigError(
+                f"strategy {self.name!r} has no config field(s) {', '.join(map(repr, unknown))}; "
+                f"valid fields: {', '.join(config_field_names(self))}"
+            )
+        return self.config_model.model_validate(values)
+
+
+class StrategyConfigError(ValueError):
+    """A strategy config names a field the strategy does not have, or uses a common name it cannot map."""
+
+
+# The common size names every token-capped strategy accepts, mapped to each
+# strategy's own field (a strategy absent here either uses the common names
+# itself, as recursive / paragraph / semantic do, or has no token cap).
+COMMON_NAMES: dict[str, dict[str, dict[str, Any]]] = {
+    # SentenceTextSplitter's hard cap is max_tokens_per_section; its overlap is a percentage, not tokens.
+    "sentence": {"chunk_token_size": {"field": "max_tokens_per_section"}},
+    # sentence_window counts tokens only with unit="tokens"; chunk_size is then also its cap (max_size).
+    "sentence_window": {
+        "chunk_token_size": {"field": "chunk_size", "also": {"unit": "tokens"}, "cap": "max_size"},
+        "chunk_overlap_token_size": {"field": "overlap", "also": {"unit": "tokens"}},
+    },
+}
+# Fields every config accepts under the common names (listed by config_field_names).
+COMMON_FIELD_NAMES = ("chunk_token_size", "chunk_overlap_token_size")
+
+
+def translate_common_names(strategy: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Rename the common size names to ``strategy``'s own fields; pure.
+
+    Raises StrategyConfigError when the common name and the strategy's own field
+    are both given, or when the mapping's implied setting (e.g. ``unit="tokens"``)
+    contradicts an explicit one.
+    """
+    mapping = COMMON_NAMES.get(strategy, {})
+    out = dict(values)
+    for common, rule in mapping.items():
+        if common not in out:
+            continue
+        value = out.pop(common)
+        field = rule["field"]
+        if field in values:
+            raise StrategyConfigError(f"strategy {strategy!r}: give {common} or {field}, not both ({common} means {field})")
+        for implied, implied_value in rule.get("also", {}).items():
+            if values.get(implied, implied_value) != implied_value:
+                raise StrategyConfigError(
+                    f"strategy {strategy!r}: {common} sets {implied}={implied_value!r}, "
+                    f"which contradicts {implied}={values[implied]!r}"
+                )
+            out[implied] = implied_value
+        out[field] = value
+        cap = rule.get("cap")
+        if cap and cap not in values:
+            out[cap] = value
+    return out
+
+
+def config_field_names(spec: StrategySpec) -> list[str]:
+    """The names a config of ``spec`` accepts: its own fields, then the common names mapped onto them."""
+    names = list(spec.config_model.model_fields)
+    names += [common for common in COMMON_NAMES.get(spec.name, {}) if common not in names]
+    return names
 
 
 class TokenBudgetConfig(BaseModel):

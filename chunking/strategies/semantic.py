@@ -129,6 +129,12 @@ class SemanticConfig(TokenBudgetConfig):
         None, description="Split sentences on this regex instead of the shared segmenter."
     )
     chunk_overlap_token_size: int = Field(0, ge=0, description="Overlap of the R fallback only (no model).")
+    # Excluded from model_dump, hence from the config hash: the pipeline always
+    # passes the embedding model, so this never changes what an asset stores.
+    allow_recursive_fallback: bool = Field(
+        False, exclude=True,
+        description="Without an embedder, chunk with recursive (R) instead of failing (LightRAG V's fallback).",
+    )
 
     @field_validator("sentence_split_regex")
     @classmethod
@@ -591,12 +597,23 @@ class _GroupEmitter:
 # --- strategy ------------------------------------------------------------------
 
 
+class MissingEmbedderError(ValueError):
+    """The semantic strategy was called without an embedder and without asking for the fallback."""
+
+
 def chunk_semantic(
     doc: ParsedDocument, config: SemanticConfig, tokenizer: Tokenizer, embedder: object = None
 ) -> list[Chunk]:
     embed = getattr(embedder, "embed", None) if embedder is not None else None
     if embedder is not None and embed is None:
         raise TypeError(f"semantic: embedder {type(embedder).__name__} has no embed(texts) method")
+    if embed is None and not config.allow_recursive_fallback:
+        raise MissingEmbedderError(
+            "semantic needs an embedder to find breakpoints: pass embedder=..., e.g. "
+            "chunk_text(text, 'semantic', embedder=SentenceTransformerEmbedder()) with "
+            "SentenceTransformerEmbedder from chunking.embedding (or any object with embed(texts) -> array); "
+            "or pass allow_recursive_fallback=True to chunk with recursive instead"
+        )
     spans = split_semantic(
         doc.text,
         tokenizer,

@@ -60,6 +60,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def scaled_default_overlap(preset: dict[str, Any], chunk_size: Any) -> int | None:
+    """The preset's fixed overlap scaled to a user's ``chunk_size`` (same share of the chunk).
+
+    Only a default scales: ``service`` with ``chunk_size=15`` overlaps by 3
+    (128/512 of it), not by 128, which would exceed the chunk. An explicit
+    ``overlap`` is never changed here and is rejected when it does not fit.
+    A preset with a ratio (``adr``) needs no scaling and keeps ``None``.
+    """
+    if preset["overlap"] is None or not isinstance(chunk_size, int) or chunk_size < 1:
+        return preset["overlap"]
+    return preset["overlap"] * chunk_size // preset["chunk_size"]
+
+
 class SentenceWindowConfig(BaseModel):
     """Configuration of ``sentence_window``: a preset plus explicit overrides."""
 
@@ -68,7 +81,7 @@ class SentenceWindowConfig(BaseModel):
     preset: Literal["adr", "service"] = "service"
     unit: Literal["tokens", "chars"] = Field(None, description="What sizes count (from the preset).")  # type: ignore[assignment]
     chunk_size: int = Field(None, ge=1, description="Target: a chunk closes when the next sentence would pass it.")  # type: ignore[assignment]
-    overlap: int | None = Field(None, ge=0, description="Overlap budget in units (service).")
+    overlap: int | None = Field(None, ge=0, description="Overlap budget in units (service: 128 of 512, scaled to a chunk_size you set).")
     overlap_ratio: float | None = Field(None, ge=0, lt=1, description="Overlap budget as a share of the emitted chunk (adr).")
     min_size: int = Field(None, ge=0, description="Smaller chunks merge into the previous one when that fits.")  # type: ignore[assignment]
     max_size: int = Field(None, ge=1, description="Hard cap per chunk, in units.")  # type: ignore[assignment]
@@ -91,6 +104,8 @@ class SentenceWindowConfig(BaseModel):
             merged["overlap"] = None
         if "chunk_size" in explicit and "max_size" not in explicit and preset == "service":
             merged["max_size"] = explicit["chunk_size"]
+        if "chunk_size" in explicit and "overlap" not in explicit and "overlap_ratio" not in explicit:
+            merged["overlap"] = scaled_default_overlap(PRESETS[preset], explicit["chunk_size"])
         return {**explicit, **merged}
 
     @model_validator(mode="after")

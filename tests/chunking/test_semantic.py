@@ -466,6 +466,8 @@ def test_strategy_chunks_a_document_with_provenance():
 
 def test_strategy_without_embedder_falls_back_and_says_so():
     doc = ParsedDocument.from_text("\n\n".join(CATS))
-    chunks = chunk_semantic(doc, SemanticConfig(chunk_token_size=40, chunk_overlap_token_size=5), CHAR, None)
+    chunks = chunk_semantic(
+        doc, SemanticConfig(chunk_token_size=40, chunk_overlap_token_size=5, allow_recursive_fallback=True), CHAR, None
+    )
     assert [c.text for c in chunks] == [s.text for s in split_recursive(doc.text, CHAR, 40, 5)]
     assert all(c.metadata["fallback"].startswith("recursive_character") for c in chunks)

@@ -1,0 +1,89 @@
+"""chunk_text's config ergonomics (issue 11.9): one name for the token cap, defaults
+that scale with the user's size, no silent semantic fallback, errors naming valid fields."""
+
+import numpy as np
+import pytest
+
+from chunking import chunk_text
+from chunking.strategies import StrategyConfigError, config_field_names, get_strategy, strategy_names
+from chunking.strategies.semantic import MissingEmbedderError
+from chunking.tokenizers import CharTokenizer
+
+CHAR = CharTokenizer()
+PROSE = " ".join(f"Sentence number {i} talks about a topic of its own." for i in range(80))
+
+
+@pytest.mark.parametrize("strategy", ["recursive", "sentence", "sentence_window", "paragraph"])
+def test_every_token_capped_strategy_accepts_chunk_token_size_as_its_cap(strategy):
+    chunks = chunk_text(PROSE, strategy=strategy, tokenizer=CHAR, chunk_token_size=120)
+    assert len(chunks) > 3
+    assert max(c.token_count for c in chunks) <= 120
+
+
+def test_common_name_maps_to_the_strategys_own_field():
+    assert get_strategy("sentence").parse_config({"chunk_token_size": 200}).max_tokens_per_section == 200
+    window = get_strategy("sentence_window").parse_config({"chunk_token_size": 200, "chunk_overlap_token_size": 20})
+    assert (window.unit, window.chunk_size, window.max_size, window.overlap) == ("tokens", 200, 200, 20)
+    # Same cap from the adr preset (chars by default): the common name means tokens.
+    adr = get_strategy("sentence_window").parse_config({"preset": "adr", "chunk_token_size": 300})
+    assert (adr.unit, adr.chunk_size, adr.max_size) == ("tokens", 300, 300)
+
+
+def test_common_name_and_own_field_together_or_contradicting_unit_are_rejected():
+    with pytest.raises(StrategyConfigError, match="chunk_token_size or max_tokens_per_section, not both"):
+        get_strategy("sentence").parse_config({"chunk_token_size": 200, "max_tokens_per_section": 300})
+    with pytest.raises(StrategyConfigError, match="unit='tokens'.*unit='chars'"):
+        get_strategy("sentence_window").parse_config({"chunk_token_size": 200, "unit": "chars"})
+
+
+def test_unknown_field_error_names_the_valid_fields():
+    with pytest.raises(StrategyConfigError) as err:
+        chunk_text(PROSE, strategy="simple", chunk_token_size=200)
+    message = str(err.value)
+    assert "strategy 'simple' has no config field(s) 'chunk_token_size'" in message
+    assert "valid fields: max_object_length" in message
+    with pytest.raises(StrategyConfigError, match=r"'chunk_sise'.*valid fields: .*max_tokens_per_section.*chunk_token_size"):
+        chunk_text(PROSE, strategy="sentence", chunk_sise=200)
+
+
+def test_sentence_window_default_overlap_scales_with_the_users_chunk_size():
+    config = get_strategy("sentence_window").parse_config({"chunk_size": 15})
+    assert config.overlap == 15 * 128 // 512 and config.max_size == 15
+    assert get_strategy("sentence_window").parse_config({"chunk_size": 512}).overlap == 128
+    chunks = chunk_text("One two. Three four five. Six seven. Eight nine ten. " * 4, strategy="sentence_window",
+                        tokenizer=CHAR, chunk_size=15, allow_oversize_sentences=True)
+    assert chunks
+    # Only an explicit overlap that does not fit is an error.
+    with pytest.raises(ValueError, match=r"overlap \(20\) must be smaller than chunk_size \(15\)"):
+        get_strategy("sentence_window").parse_config({"chunk_size": 15, "overlap": 20})
+
+
+def test_semantic_without_embedder_is_an_error_naming_how_to_pass_one():
+    with pytest.raises(MissingEmbedderError, match=r"embedder=.*allow_recursive_fallback=True"):
+        chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, chunk_token_size=200)
+
+
+def test_semantic_fallback_only_when_asked_and_it_does_not_change_the_config_hash():
+    from chunking.strategies import config_hash
+
+    chunks = chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, chunk_token_size=200, allow_recursive_fallback=True)
+    assert chunks and all(c.metadata["fallback"].startswith("recursive_character") for c in chunks)
+    spec = get_strategy("semantic")
+    assert config_hash(spec.parse_config({"allow_recursive_fallback": True})) == config_hash(spec.default_config())
+
+
+def test_semantic_with_an_embedder_uses_it():
+    class Hashing:
+        def embed(self, texts):
+            return np.array([[len(t) % 7 + 1.0, t.count("1") + 1.0] for t in texts])
+
+    chunks = chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, embedder=Hashing(), chunk_token_size=200)
+    assert chunks and not any("fallback" in c.metadata for c in chunks)
+
+
+def test_config_field_names_list_every_strategy_field_and_common_names():
+    for name in strategy_names():
+        spec = get_strategy(name)
+        names = config_field_names(spec)
+        assert set(spec.config_model.model_fields) <= set(names)
+    assert "chunk_token_size" in config_field_names(get_strategy("sentence"))
