@@ -6,7 +6,6 @@ a token-length histogram (inline SVG, also written beside the database), and one
 numeric metadata entry per strategy and figure so the UI plots each over time.
 """
 
-
 import base64
 import math
 from pathlib import Path
