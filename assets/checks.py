@@ -3,10 +3,11 @@ one place that turns their outcomes into Dagster check events.
 
 Checks run per partition. In a single-partition run they are ordinary
 ``AssetCheckResult``s, so blocking checks gate downstream steps natively. In a
-partition-range run (batched backfills, ``make run``) Dagster can attach an
-``AssetCheckResult`` to one partition only, so each partition's outcome is
-logged as its own ``AssetCheckEvaluation`` and the step's result is the
-summary (failing if any partition failed, naming them).
+partition-range run (batched backfills, ``make run``) an ``AssetCheckResult``
+cannot name a partition, so each partition's outcome is logged as its own
+``AssetCheckEvaluation`` naming the partition and the materialization it checked
+(this run's, read back from the instance), and the step's result is an
+unpartitioned summary (failing if any partition failed, naming them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    DataVersion,
+    MaterializeResult,
+)
+# Not exported at the top level in 1.13; it is what ties a check result to the
+# materialization it checked (the UI shows a result only if it ties to the latest).
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
 )
 
 from assets.partitions import documents_partitions
@@ -57,14 +65,79 @@ def check_specs(asset_key: AssetKey, defs: Sequence[CheckDef]) -> list[AssetChec
     ]
 
 
+def emit_partition_results(
+    context: AssetExecutionContext,
+    asset_key: AssetKey,
+    defs: Sequence[CheckDef],
+    outcomes_by_partition: dict[str, list[CheckOutcome]],
+    metadata_by_partition: dict[str, dict[str, Any]],
+    shared_metadata: dict[str, Any] | None = None,
+    data_version: DataVersion | None = None,
+) -> Iterator[object]:
+    """The step's materialization and check results, each partition described by its own numbers.
+
+    Invariant: every partition of the step gets one materialization whose metadata is
+    ``shared_metadata`` (true of every partition, e.g. the config hash) overlaid with
+    that partition's own ``metadata_by_partition`` entry, never a batch total.
+    """
+    for partition_key in context.partition_keys:
+        own = metadata_by_partition.get(partition_key)
+        if own:
+            # Partition-scoped metadata: Dagster merges it into that partition's event only.
+            context.add_asset_metadata(own, asset_key=asset_key, partition_key=partition_key)
+    yield MaterializeResult(asset_key=asset_key, metadata=shared_metadata or {}, data_version=data_version)
+    yield from emit_check_results(context, asset_key, defs, outcomes_by_partition)
+
+
+def record_failed_partition(context: AssetExecutionContext, asset_key: AssetKey, outcome: CheckOutcome) -> None:
+    """Before a single-partition step fails: record the failed check on the partition, with
+    its cause, so the check shows Failed and why (not "Execution failed, no metadata").
+
+    It targets the partition's latest materialization (an earlier good one, kept), so the
+    UI counts it as current.
+    """
+    (partition_key,) = context.partition_keys
+    context.log_event(
+        AssetCheckEvaluation(
+            asset_key=asset_key, check_name=outcome.name, passed=outcome.passed, partition=partition_key,
+            severity=outcome.severity, description=outcome.description or None, metadata=outcome.metadata,
+            target_materialization_data=latest_materializations(context, asset_key, [partition_key]).get(partition_key),
+        )
+    )
+
+
+def latest_materializations(
+    context: AssetExecutionContext, asset_key: AssetKey, partition_keys: Sequence[str]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """The latest stored materialization of each of ``partition_keys`` (absent: never materialized)."""
+    from dagster._core.storage.event_log.base import AssetRecordsFilter
+
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=list(partition_keys)), limit=len(partition_keys)
+    ).records
+    latest: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    for record in records:  # newest first
+        if record.partition_key is not None and record.partition_key not in latest:
+            latest[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
+                run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
+            )
+    return latest
+
+
 def emit_check_results(
     context: AssetExecutionContext,
     asset_key: AssetKey,
     defs: Sequence[CheckDef],
     outcomes_by_partition: dict[str, list[CheckOutcome]],
 ) -> Iterator[AssetCheckResult]:
-    """Yield one result per declared check for the step (see the module docstring)."""
+    """Yield one result per declared check for the step (see the module docstring).
+
+    Call after the step's materialization: in a range run each partition's evaluation
+    names the materialization it checked (this run's), which is what makes the UI show
+    it as that partition's current result rather than Missing.
+    """
     single = len(context.partition_keys) == 1
+    targets = {} if single else latest_materializations(context, asset_key, list(outcomes_by_partition))
     for d in defs:
         per_partition = {
             pk: next((o for o in outcomes if o.name == d.name), None)
@@ -85,7 +158,7 @@ def emit_check_results(
                 AssetCheckEvaluation(
                     asset_key=asset_key, check_name=d.name, passed=outcome.passed, partition=pk,
                     severity=outcome.severity, description=outcome.description or None,
-                    metadata=outcome.metadata,
+                    metadata=outcome.metadata, target_materialization_data=targets.get(pk),
                 )
             )
         failed = sorted(pk for pk, o in evaluated.items() if not o.passed)

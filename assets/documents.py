@@ -4,7 +4,9 @@ blocks and tables (stored in DuckDB, sidecars exported beside the database).
 A document that cannot be read or parsed fails alone: in a single-partition run
 its step fails with a message naming the file and the cause; in a batched
 (partition-range) run it is recorded as an error, its check fails for that
-partition, and the other documents of the batch go on. Rows stored by an earlier
+partition and its partition's metadata carries the cause (``error``), and the
+other documents of the batch go on. Run alone, its failed check (with the cause)
+is recorded on the partition before the step fails. Rows stored by an earlier
 successful parse are kept, never half-replaced.
 """
 
@@ -19,11 +21,10 @@ from dagster import (
     AutomationCondition,
     DataVersion,
     Failure,
-    MaterializeResult,
     asset,
 )
 
-from assets.checks import CheckDef, CheckOutcome, check_specs, emit_check_results
+from assets.checks import CheckDef, CheckOutcome, check_specs, emit_partition_results, record_failed_partition
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.parsers import DocumentError, parse_document
 from resources.documents import DocumentsFolder, SourceFile, sha256_file
@@ -63,10 +64,16 @@ def read_source(doc_id: str, sources: dict[str, SourceFile], max_bytes: int) -> 
     return ReadOutcome(doc_id, sha, source.size_bytes, None)
 
 
-def _fail_single(context: AssetExecutionContext, errors: dict[str, str]) -> None:
-    # One document in this run: fail its step so Dagster marks the partition failed.
+def _fail_single(
+    context: AssetExecutionContext, asset_key: AssetKey, errors: dict[str, str], outcomes: dict[str, list[CheckOutcome]]
+) -> None:
+    """One document in this run and it failed: record its failed check (with the cause) on
+    its partition, then fail the step so Dagster marks the partition failed."""
     if errors and len(context.partition_keys) == 1:
-        raise Failure(description=next(iter(errors.values())), metadata={"document": next(iter(errors))})
+        doc_id, error = next(iter(errors.items()))
+        for outcome in outcomes.get(doc_id, []):
+            record_failed_partition(context, asset_key, outcome)
+        raise Failure(description=error, metadata={"document": doc_id, "error": error})
 
 
 @asset(
@@ -83,25 +90,26 @@ def raw_documents(
     outcomes: dict[str, list[CheckOutcome]] = {}
     errors: dict[str, str] = {}
     hashes: dict[str, str] = {}
+    metadata: dict[str, dict] = {}
     for doc_id in context.partition_keys:
         read = read_source(doc_id, sources, documents.max_bytes)
         if read.error:
             errors[doc_id] = read.error
             context.log.error(read.error)
             outcomes[doc_id] = [CheckOutcome("readable", False, description=read.error)]
+            metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes}
             continue
         chunk_store.record_read(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256, read.size_bytes)
         hashes[doc_id] = read.sha256
         outcomes[doc_id] = [CheckOutcome("readable", True, metadata={"sha256": read.sha256, "bytes": read.size_bytes})]
-    _fail_single(context, errors)
+        metadata[doc_id] = {"sha256": read.sha256, "bytes": read.size_bytes, "dagster/row_count": 1}
+    _fail_single(context, RAW, errors, outcomes)
+    # A step has one data version for all its partitions: set it only when it is this document's.
     single_sha = next(iter(hashes.values())) if len(context.partition_keys) == 1 and hashes else None
-    yield MaterializeResult(
-        asset_key=RAW,
-        metadata={"documents": len(hashes), "failed": len(errors), "dagster/row_count": len(hashes),
-                  **({"sha256": single_sha} if single_sha else {})},
+    yield from emit_partition_results(
+        context, RAW, RAW_CHECKS, outcomes, metadata,
         data_version=DataVersion(single_sha) if single_sha else None,
     )
-    yield from emit_check_results(context, RAW, RAW_CHECKS, outcomes)
 
 
 @asset(
@@ -121,7 +129,7 @@ def parsed_documents(
     sidecar_dir = store.sidecar_path()
     outcomes: dict[str, list[CheckOutcome]] = {}
     errors: dict[str, str] = {}
-    totals = {"pages": 0, "blocks": 0, "tables": 0, "chars": 0}
+    metadata: dict[str, dict] = {}
     for doc_id in context.partition_keys:
         source = sources.get(doc_id)
         error = None
@@ -143,27 +151,16 @@ def parsed_documents(
                 read_sha = (chunk_store.document(doc_id) or {}).get("sha256", "")
                 chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha, source.size_bytes, error)
             outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
+            metadata[doc_id] = {"error": error}
             continue
         chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
         _export_sidecars(doc, sidecar_dir, context)
-        totals["pages"] += len(doc.pages)
-        totals["blocks"] += len(doc.blocks)
-        totals["tables"] += len(doc.tables)
-        totals["chars"] += len(doc.text)
-        outcomes[doc_id] = [
-            CheckOutcome(
-                "parsed", True,
-                metadata={"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
-                          "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text)},
-            )
-        ]
-    _fail_single(context, errors)
-    yield MaterializeResult(
-        asset_key=PARSED,
-        metadata={"documents": len(outcomes) - len(errors), "failed": len(errors), **totals,
-                  "dagster/row_count": totals["pages"]},
-    )
-    yield from emit_check_results(context, PARSED, PARSED_CHECKS, outcomes)
+        shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
+                 "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text)}
+        outcomes[doc_id] = [CheckOutcome("parsed", True, metadata=shape)]
+        metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages)}
+    _fail_single(context, PARSED, errors, outcomes)
+    yield from emit_partition_results(context, PARSED, PARSED_CHECKS, outcomes, metadata)
 
 
 def _export_sidecars(doc, directory, context: AssetExecutionContext) -> None:

@@ -17,7 +17,6 @@ from dagster import (
     AssetsDefinition,
     AutomationCondition,
     Failure,
-    MaterializeResult,
     asset,
 )
 from pydantic import BaseModel
@@ -32,7 +31,7 @@ from assets.checks import (
     check_no_empty_chunks,
     check_specs,
     check_token_cap,
-    emit_check_results,
+    emit_partition_results,
 )
 from assets.documents import parsed_documents
 from assets.partitions import DOCUMENT_ASSET_ARGS
@@ -67,6 +66,18 @@ def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None, atomic: tupl
     ]
 
 
+def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
+    """One document's chunk numbers, as its partition's materialization metadata."""
+    if not token_counts:
+        return {"dagster/row_count": 0, "tokens_max": 0, "tokens_mean": 0.0, "tokens_p50": 0}
+    return {
+        "dagster/row_count": len(token_counts),
+        "tokens_max": max(token_counts),
+        "tokens_mean": round(float(np.mean(token_counts)), 1),
+        "tokens_p50": int(np.percentile(token_counts, 50, method="lower")),
+    }
+
+
 def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model_id: str) -> list[AssetsDefinition]:
     """The two assets of one strategy, configured with ``config``."""
     chunks_key = AssetKey(f"chunks_{spec.name}")
@@ -98,7 +109,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         embedder = embedding.get_embedder() if spec.needs_embedder else None
         outcomes: dict[str, list[CheckOutcome]] = {}
         errors: dict[str, str] = {}
-        token_counts: list[int] = []
+        metadata: dict[str, dict] = {}
         for doc_id in context.partition_keys:
             doc = chunk_store.load_parsed(doc_id)
             if doc is None:
@@ -106,6 +117,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
                 errors[doc_id] = f"{doc_id}: no parsed text to chunk: {row.get('error') or 'it has not been parsed'}"
                 # A parse failure was reported where it happened; here it is only context.
                 (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
+                metadata[doc_id] = {"error": errors[doc_id]}
                 continue
             try:
                 chunks = spec.chunk(doc, config, tok, embedder)
@@ -113,24 +125,17 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
                 log.exception("strategy %s failed on %s", strategy_name, doc_id)
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
                 context.log.error(errors[doc_id])
+                metadata[doc_id] = {"error": errors[doc_id]}
                 continue
             chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
-            token_counts.extend(c.token_count for c in chunks)
+            metadata[doc_id] = chunk_metadata([c.token_count for c in chunks])
         if errors and len(context.partition_keys) == 1:
-            raise Failure(description=next(iter(errors.values())))
-        yield MaterializeResult(
-            asset_key=chunks_key,
-            metadata={
-                "dagster/row_count": len(token_counts),
-                "documents": len(outcomes),
-                "failed": len(errors),
-                "tokens_max": max(token_counts, default=0),
-                "tokens_mean": round(float(np.mean(token_counts)), 1) if token_counts else 0.0,
-                "config_hash": cfg_hash,
-            },
+            doc_id, error = next(iter(errors.items()))
+            raise Failure(description=error, metadata={"document": doc_id, "error": error})
+        yield from emit_partition_results(
+            context, chunks_key, CHUNK_CHECKS, outcomes, metadata, shared_metadata={"config_hash": cfg_hash}
         )
-        yield from emit_check_results(context, chunks_key, CHUNK_CHECKS, outcomes)
 
     @asset(
         name=embeddings_key.path[-1],
@@ -169,34 +174,35 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
             fresh = dict(zip(missing.keys(), vectors))
         vector_of = {**cached, **fresh}
         outcomes: dict[str, list[CheckOutcome]] = {}
-        written = 0
+        metadata: dict[str, dict] = {
+            doc_id: {"error": f"{doc_id}: nothing to embed: {(chunk_store.document(doc_id) or {}).get('error') or 'not parsed'}"}
+            for doc_id in context.partition_keys if doc_id not in rows_by_doc
+        }
+        counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         for doc_id, rows in rows_by_doc.items():
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
             chunk_store.replace_embeddings(
                 doc_id, strategy_name, model_id,
                 [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
             )
-            written += len(rows)
             stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
+            model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
             outcomes[doc_id] = [
                 check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),
-                check_model_max_sequence(
-                    "within_model_max_sequence",
-                    [embedder.count_model_tokens(c.text) for c in rows], embedder.max_seq_length,
-                ),
+                check_model_max_sequence("within_model_max_sequence", model_tokens, embedder.max_seq_length),
             ]
-        yield MaterializeResult(
-            asset_key=embeddings_key,
-            metadata={
-                "dagster/row_count": written,
-                "new_embeddings": len(fresh),
-                "cache_hits": sum(1 for rows in rows_by_doc.values() for c in rows if c.text_sha256 in cached),
-                "model_id": model_id,
-                "dimension": embedder.dimension,
-                "documents": len(rows_by_doc),
-            },
+            new_here = set(doc_fresh) - counted_fresh
+            counted_fresh |= new_here
+            metadata[doc_id] = {
+                "dagster/row_count": len(stored),
+                "new_embeddings": len(new_here),
+                "cache_hits": sum(1 for c in rows if c.text_sha256 in cached),
+                "model_tokens_max": max(model_tokens, default=0),
+            }
+        yield from emit_partition_results(
+            context, embeddings_key, EMBEDDING_CHECKS, outcomes, metadata,
+            shared_metadata={"model_id": model_id, "dimension": embedder.dimension},
         )
-        yield from emit_check_results(context, embeddings_key, EMBEDDING_CHECKS, outcomes)
 
     return [chunks_asset, embeddings_asset]
 
