@@ -78,14 +78,11 @@ class RunTally:
         # A one-partition run's check results carry no partition: they are that partition's.
         run = getattr(result, "dagster_run", None)
         single_partition = single_partition_of(run.tags) if run is not None else None
-        counted_steps: set[str] = set()
         for event in result.all_events:
             kind = event.event_type
             if kind == DagsterEventType.ASSET_MATERIALIZATION:
-                # A range run may repeat the step's metadata on every partition's event.
-                if event.step_key in counted_steps:
-                    continue
-                counted_steps.add(event.step_key)
+                # Each partition's event carries that document's own counts (a text embedded
+                # once for a batch counts on its first document only), so they add up.
                 metadata = event.event_specific_data.materialization.metadata
                 for name in ("new_embeddings", "cache_hits"):
                     if name in metadata:
