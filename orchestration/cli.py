@@ -115,6 +115,7 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     folder, store_resource = resources["documents"], resources["store"]
     store = store_resource.store()
     store.initialize()
+    store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
     instance = DagsterInstance.get()
 
     sources = folder.scan()
@@ -200,7 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--batch", type=int, default=25, help="documents per run (default 25)")
     args = parser.parse_args(argv)
     if args.command == "run":
-        return run(args.docs, args.force, max(1, args.batch))
+        from orchestration.runlock import RunLockHeld, run_lock
+        from resources.store import SourceRootConflict, StoreLockedError
+
+        try:
+            # One ingest per instance, taken before the instance is first opened.
+            with run_lock(ensure_dagster_home()):
+                return run(args.docs, args.force, max(1, args.batch))
+        except (RunLockHeld, SourceRootConflict, StoreLockedError) as exc:
+            print(f"chunkyard: {exc}", file=sys.stderr)
+            return 3
     return 2
 
 
