@@ -544,7 +544,7 @@ def _conflict_message(db_path: Path, source_root: str, claimed: str | None, root
         return None
     return (f"{db_path} holds the documents of {', '.join(others)}; it will not take {source_root} too "
             f"(a document is its path inside one folder, so same-named files would overwrite each other). "
-            f"Use another database for this folder: CHUNKYARD_DB=path/to/other.duckdb")
+            f"Give this folder its own database, e.g. CHUNKYARD_DB=data/other.duckdb make run DOCS={source_root}")
 
 
 def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path, source_root: str) -> None:
