@@ -68,3 +68,24 @@ def test_a_second_cli_run_stops_before_opening_the_instance(tmp_path, docs_dir):
     # Nothing was created or processed: no instance storage, no database.
     assert sorted(p.name for p in home.iterdir()) == ["chunkyard-run.lock", "dagster.yaml"]
     assert not (tmp_path / "chunkyard.duckdb").exists()
+
+
+def test_a_cli_run_on_a_second_folder_stops_before_writing(tmp_path, docs_dir):
+    """Issue 11.7: the database holds another folder's documents; nothing of either is touched."""
+    from resources.store import ChunkStore
+
+    db = tmp_path / "chunkyard.duckdb"
+    first_root = tmp_path / "first"
+    store = ChunkStore(db)
+    store.record_read("alpha.md", str(first_root), "alpha.md", "sha-first", 5)
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "CHUNKYARD_DB": str(db),
+           "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml")}
+    second = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir)],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 3, second.stdout + second.stderr
+    [line] = second.stderr.strip().splitlines()
+    assert line.startswith(f"chunkyard: {db} holds the documents of {first_root}; it will not take {docs_dir}")
+    assert f"CHUNKYARD_DB=data/other.duckdb make run DOCS={docs_dir}" in line
+    with store.connect(read_only=True) as con:
+        assert con.execute("SELECT doc_id, source_root, sha256 FROM documents").fetchall() == [
+            ("alpha.md", str(first_root), "sha-first")]
