@@ -46,7 +46,7 @@ def lock_path(home: str | Path) -> Path:
 
 @contextmanager
 def run_lock(home: str | Path) -> Iterator[None]:
-    """Hold the instance's run lock for the ``with`` block, or raise RunLockHeld at once.
+    """Hold the instance's run lock for the ``with`` block, or raise RunLockHeld (within ``PROBE_GRACE_S``).
 
     ``home`` is created if missing (the lock must exist before the instance does).
     """

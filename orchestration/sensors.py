@@ -46,6 +46,15 @@ def _load_cursor(raw: str | None) -> dict[str, list] | None:
         return None
 
 
+def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
+    """A skip while a CLI ingest holds the instance's run lock. The cursor is left as it
+    was: the next tick compares the folder with what the CLI stored."""
+    holder = lock_holder(context.instance.root_directory)
+    if holder is None:
+        return None
+    return SkipReason(f"a chunkyard CLI run (pid {holder or 'unknown'}) owns the documents until it ends")
+
+
 @sensor(
     name="documents_sensor",
     target=[RAW],
@@ -56,10 +65,8 @@ def _load_cursor(raw: str | None) -> dict[str, list] | None:
 def documents_sensor(
     context: SensorEvaluationContext, documents: DocumentsFolder, store: StoreResource
 ) -> SensorResult | SkipReason:
-    holder = lock_holder(context.instance.root_directory)
-    if holder is not None:
-        # The cursor is left as it is: the next tick compares with what the CLI stored.
-        return SkipReason(f"a chunkyard CLI run (pid {holder or 'unknown'}) owns the documents until it ends")
+    if skip := _cli_owns_documents(context):
+        return skip
     chunk_store = store.store(lock_timeout_s=SENSOR_LOCK_TIMEOUT_S)
     conflict = chunk_store.source_root_conflict(documents.root_path)
     if conflict:
@@ -78,6 +85,9 @@ def documents_sensor(
         state[doc_id] = [sha, stat.st_size, stat.st_mtime_ns]
 
     changes = diff_folder({d: e[0] for d, e in state.items()}, known_sha)
+    if skip := _cli_owns_documents(context):
+        # A CLI run started while this tick hashed the folder: it owns these documents now.
+        return skip
     existing = set(context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
 
     deleted: list[str] = []

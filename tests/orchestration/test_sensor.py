@@ -162,3 +162,23 @@ def test_the_sensor_skips_a_folder_the_database_does_not_hold(instance, resource
     skipped = documents_sensor(build_sensor_context(instance=instance, resources=resources))
     assert isinstance(skipped, SkipReason) and "/another/folder" in skipped.skip_message
     assert instance.get_dynamic_partitions("documents") == []
+
+
+def test_a_cli_run_that_starts_during_a_tick_still_owns_the_documents(instance, resources, monkeypatch):
+    import orchestration.sensors as sensors
+
+    holders = []
+
+    def hash_while_a_cli_run_starts(path):
+        if not holders:
+            holders.append(hold_run_lock(instance.root_directory))
+        return sha256_file(path)
+
+    monkeypatch.setattr(sensors, "sha256_file", hash_while_a_cli_run_starts)
+    try:
+        result = documents_sensor(build_sensor_context(instance=instance, resources=resources))
+    finally:
+        for holder in holders:
+            holder.communicate("\n", timeout=60)
+    assert isinstance(result, SkipReason) and f"pid {holders[0].pid}" in result.skip_message
+    assert instance.get_dynamic_partitions("documents") == []
