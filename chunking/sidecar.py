@@ -26,7 +26,7 @@ from typing import Any
 from chunking.model import Block, ParsedDocument
 
 __all__ = ["blocks_jsonl_lines", "document_from_sidecar", "read_blocks_jsonl", "read_tables_json",
-           "sidecar_basename", "tables_json", "write_sidecars"]
+           "sidecar_basename", "sidecar_paths", "tables_json", "write_sidecars"]
 
 FORMAT_VERSION = "1.0"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -92,13 +92,17 @@ def tables_json(doc: ParsedDocument) -> dict[str, Any]:
     return {"version": FORMAT_VERSION, "tables": doc.tables}
 
 
+def sidecar_paths(doc_id: str, directory: Path) -> tuple[Path, Path]:
+    """Where :func:`write_sidecars` puts a document's ``.blocks.jsonl`` and ``.tables.json``."""
+    base = sidecar_basename(doc_id)
+    return Path(directory) / f"{base}.blocks.jsonl", Path(directory) / f"{base}.tables.json"
+
+
 def write_sidecars(doc: ParsedDocument, directory: Path) -> tuple[Path, Path]:
     """Write ``<name>.blocks.jsonl`` and ``<name>.tables.json`` into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    base = sidecar_basename(doc.doc_id)
-    blocks_path = directory / f"{base}.blocks.jsonl"
-    tables_path = directory / f"{base}.tables.json"
+    blocks_path, tables_path = sidecar_paths(doc.doc_id, directory)
     _write_atomic(blocks_path, "\n".join(blocks_jsonl_lines(doc)) + "\n")
     _write_atomic(tables_path, json.dumps(tables_json(doc), ensure_ascii=False, indent=1) + "\n")
     return blocks_path, tables_path

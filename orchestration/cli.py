@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from orchestration.run_report import EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
+from orchestration.run_report import EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RANGE_START = "dagster/asset_partition_range_start"
@@ -90,7 +90,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.docs:
         os.environ["CHUNKYARD_DOCS"] = args.docs
     quiet_libraries()
-    ensure_dagster_home()
+    from orchestration.runlock import run_lock
+
+    # One ingest per instance, taken before the instance is first opened (two first-time
+    # runs would both create it), and held until every batch is done.
+    with run_lock(ensure_dagster_home()):
+        return ingest(args)
+
+
+def ingest(args: argparse.Namespace) -> int:
     # Imported after the environment is set: the definitions read it at import.
     from dagster import DagsterInstance, execute_job, reconstructable
 
@@ -107,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     folder, store_resource = resources["documents"], resources["store"]
     store = store_resource.store()
     store.initialize()
+    store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
     instance = DagsterInstance.get()
 
     sources = folder.scan()
@@ -350,7 +359,9 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 EXIT_CODES = """exit codes: 0 = every document processed in this run is fine (an unchanged folder
 is a no-op and exits 0); 1 = at least one document failed in this run (read,
 parse or an ERROR check; one line each above the summary); 2 = a run failed for
-another reason (a bug, a blocking check stopping a batch) or the command failed."""
+another reason (a bug, a blocking check stopping a batch) or the command failed;
+3 = nothing was started: another chunkyard run holds this Dagster instance, or the
+database belongs to another documents folder (the message says which)."""
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -422,12 +433,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from orchestration.runlock import RunLockHeld
+    from resources.store import SourceRootConflict, StoreLockedError
+
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
     except CliError as exc:
         print(f"chunkyard {args.command}: {exc}", file=sys.stderr)
         return EXIT_RUN_FAILED
+    except (RunLockHeld, SourceRootConflict, StoreLockedError) as exc:
+        # Another run owns the instance, or the database belongs to another folder: nothing was done.
+        print(f"chunkyard {args.command}: {exc}", file=sys.stderr)
+        return EXIT_NOT_STARTED
     except BrokenPipeError:  # `chunkyard sql ... | head`
         sys.stderr.close()
         return 0

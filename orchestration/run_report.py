@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-EXIT_OK, EXIT_DOCUMENT_FAILED, EXIT_RUN_FAILED = 0, 1, 2
+EXIT_OK, EXIT_DOCUMENT_FAILED, EXIT_RUN_FAILED, EXIT_NOT_STARTED = 0, 1, 2, 3
 PASSED, WARN, FAILED = "passed", "warn", "failed"
 
 

@@ -1,11 +1,17 @@
 """The documents-folder sensor: new files get a partition and a run, changed files a
 run, deleted files lose their partition and every stored row.
 
-The cursor maps doc_id -> [sha256, size, mtime_ns], so a file is re-hashed only
-when its size or mtime moved. An empty cursor (first start, or a reset) is
-seeded from the hashes the store already holds for this folder: a restart does
-not re-run everything. Run keys are ``doc_id:sha256``, so a content that was
-already requested is never requested twice.
+What is new, changed or deleted is decided against the hashes the store has
+recorded for this folder (not against the cursor alone), so a document the CLI
+has already processed is never requested again, and an empty cursor (first
+start, or a reset) does not re-run everything. The cursor maps doc_id ->
+[sha256, size, mtime_ns]: a file is re-hashed only when its size or mtime moved,
+and a content the cursor already holds was requested on that earlier tick (its
+run may not have reached the store yet), so it is not requested again. Run keys
+are ``doc_id:sha256`` as well, which the daemon never launches twice.
+
+One owner per document run: while a CLI ingest holds the instance's run lock
+(``orchestration.runlock``) the sensor skips, and looks again after it.
 """
 
 
@@ -17,13 +23,15 @@ from dagster import (
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
+    SkipReason,
     sensor,
 )
 
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
+from orchestration.runlock import lock_holder
 from resources.documents import DocumentsFolder, sha256_file
-from resources.store import ChunkStore, StoreLockedError, StoreResource
+from resources.store import StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
 SENSOR_LOCK_TIMEOUT_S = 10.0
@@ -38,6 +46,15 @@ def _load_cursor(raw: str | None) -> dict[str, list] | None:
         return None
 
 
+def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
+    """A skip while a CLI ingest holds the instance's run lock. The cursor is left as it
+    was: the next tick compares the folder with what the CLI stored."""
+    holder = lock_holder(context.instance.root_directory)
+    if holder is None:
+        return None
+    return SkipReason(f"a chunkyard CLI run (pid {holder or 'unknown'}) owns the documents until it ends")
+
+
 @sensor(
     name="documents_sensor",
     target=[RAW],
@@ -47,14 +64,15 @@ def _load_cursor(raw: str | None) -> dict[str, list] | None:
 )
 def documents_sensor(
     context: SensorEvaluationContext, documents: DocumentsFolder, store: StoreResource
-) -> SensorResult:
-    chunk_store = ChunkStore(store.path, lock_timeout_s=SENSOR_LOCK_TIMEOUT_S)
-    previous = _load_cursor(context.cursor)
-    if previous is None:
-        # No cursor: trust what the store already processed from this folder.
-        known = chunk_store.document_hashes(documents.root_path)
-        previous = {doc_id: [sha, None, None] for doc_id, sha in known.items()}
-    known_sha = {doc_id: entry[0] for doc_id, entry in previous.items()}
+) -> SensorResult | SkipReason:
+    if skip := _cli_owns_documents(context):
+        return skip
+    chunk_store = store.store(lock_timeout_s=SENSOR_LOCK_TIMEOUT_S)
+    conflict = chunk_store.source_root_conflict(documents.root_path)
+    if conflict:
+        return SkipReason(conflict)
+    previous = _load_cursor(context.cursor) or {}
+    known_sha = chunk_store.document_hashes(documents.root_path)
 
     state: dict[str, list] = {}
     for doc_id, source in documents.scan().items():
@@ -67,6 +85,9 @@ def documents_sensor(
         state[doc_id] = [sha, stat.st_size, stat.st_mtime_ns]
 
     changes = diff_folder({d: e[0] for d, e in state.items()}, known_sha)
+    if skip := _cli_owns_documents(context):
+        # A CLI run started while this tick hashed the folder: it owns these documents now.
+        return skip
     existing = set(context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
 
     deleted: list[str] = []
@@ -75,9 +96,8 @@ def documents_sensor(
             chunk_store.delete_document(doc_id)
             deleted.append(doc_id)
         except StoreLockedError as exc:
-            # Keep it in the cursor so the next tick tries again.
+            # Still in the store, so the next tick finds it deleted again and retries.
             context.log.warning(f"could not delete {doc_id} yet: {exc}")
-            state[doc_id] = previous[doc_id]
 
     partition_requests = []
     to_add = sorted(d for d in state if d not in existing and d not in changes.deleted)
@@ -87,14 +107,15 @@ def documents_sensor(
     if to_remove:
         partition_requests.append(documents_partitions.build_delete_request(to_remove))
 
+    # A content this sensor saw on an earlier tick was requested then (its run may not have stored it yet).
+    seen_sha = {doc_id: entry[0] for doc_id, entry in previous.items()}
     run_requests = [
         RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}", asset_selection=[RAW])
         for doc_id, sha in sorted(changes.to_process.items())
+        if seen_sha.get(doc_id) != sha
     ]
     if run_requests or deleted:
-        context.log.info(
-            f"{len(changes.new)} new, {len(changes.changed)} changed, {len(deleted)} deleted document(s)"
-        )
+        context.log.info(f"{len(run_requests)} new or changed, {len(deleted)} deleted document(s)")
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partition_requests,

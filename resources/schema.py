@@ -7,17 +7,59 @@ strategy = ?]`` then ``INSERT``), so a reader never sees a half-written partitio
 Vectors are ``FLOAT[]`` lists with an explicit ``dim`` column rather than a
 fixed-size ``FLOAT[384]``: the table must hold vectors of any configured model,
 and DuckDB's ``list_cosine_similarity`` works on lists.
+
+Each vector is stored once, in ``embedding_vectors`` (keyed by model id and the
+sha256 of the chunk text: it is also the embedding cache). ``chunk_embeddings``
+references it per chunk, and the view ``embeddings`` joins the two, so
+``SELECT doc_id, strategy, chunk_index, model_id, text_sha256, dim, embedding
+FROM embeddings`` reads as it did when vectors were copied per chunk. Vectors no
+longer referenced stay: re-adding a text embeds nothing.
+
+Rows of an earlier good parse are kept when a document later fails (or changes
+and is not yet re-chunked); they are marked by the document row, not deleted.
+The views ``current_chunks`` and ``current_embeddings`` hold only rows of the
+document's current, successfully parsed bytes (``documents.status = 'parsed'``
+and ``doc_sha256 = documents.sha256``): search and evaluation read those.
+
+``schema_info`` holds ``schema_version`` and ``source_root``: the one documents
+folder whose documents this database holds (doc ids are paths inside it).
+
+An older file is migrated when it is first opened for writing: the steps in
+``MIGRATIONS`` from its version up run in one transaction with the version bump.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-DDL: tuple[str, ...] = (
-    """
+EMBEDDING_VECTORS_DDL = """
+    CREATE TABLE IF NOT EXISTS embedding_vectors (
+        model_id      VARCHAR NOT NULL,
+        text_sha256   VARCHAR NOT NULL,     -- of the chunk text
+        dim           INTEGER NOT NULL,
+        embedding     FLOAT[] NOT NULL,
+        PRIMARY KEY (model_id, text_sha256)
+    )
+"""
+
+CHUNK_EMBEDDINGS_DDL = """
+    CREATE TABLE IF NOT EXISTS chunk_embeddings (
+        doc_id        VARCHAR NOT NULL,
+        strategy      VARCHAR NOT NULL,
+        chunk_index   INTEGER NOT NULL,
+        model_id      VARCHAR NOT NULL,     -- with text_sha256: the row of embedding_vectors
+        text_sha256   VARCHAR NOT NULL,
+        PRIMARY KEY (doc_id, strategy, chunk_index)
+    )
+"""
+
+SCHEMA_INFO_DDL = """
     CREATE TABLE IF NOT EXISTS schema_info (
         key   VARCHAR PRIMARY KEY,
         value VARCHAR NOT NULL
     )
-    """,
+"""
+
+DDL: tuple[str, ...] = (
+    SCHEMA_INFO_DDL,
     """
     CREATE TABLE IF NOT EXISTS documents (
         doc_id       VARCHAR PRIMARY KEY,   -- the partition key: cleaned relative path
@@ -90,8 +132,56 @@ DDL: tuple[str, ...] = (
         PRIMARY KEY (doc_id, strategy, chunk_index)
     )
     """,
+    EMBEDDING_VECTORS_DDL,
+    CHUNK_EMBEDDINGS_DDL,
     """
-    CREATE TABLE IF NOT EXISTS embeddings (
+    CREATE VIEW IF NOT EXISTS embeddings AS
+    SELECT r.doc_id, r.strategy, r.chunk_index, r.model_id, r.text_sha256, v.dim, v.embedding
+    FROM chunk_embeddings r
+    JOIN embedding_vectors v USING (model_id, text_sha256)
+    """,
+    """
+    CREATE VIEW IF NOT EXISTS current_chunks AS
+    SELECT c.*
+    FROM chunks c
+    JOIN documents d ON d.doc_id = c.doc_id AND d.status = 'parsed' AND d.sha256 = c.doc_sha256
+    """,
+    """
+    CREATE VIEW IF NOT EXISTS current_embeddings AS
+    SELECT e.*
+    FROM embeddings e
+    JOIN current_chunks c USING (doc_id, strategy, chunk_index, text_sha256)
+    """,
+)
+
+# version -> the statements that turn a database of that version into the next one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2: vectors were copied into every embeddings row and into embedding_cache.
+    1: (
+        EMBEDDING_VECTORS_DDL,
+        """
+        INSERT INTO embedding_vectors
+        SELECT model_id, text_sha256, any_value(dim), any_value(embedding)
+        FROM (SELECT model_id, text_sha256, dim, embedding FROM embedding_cache
+              UNION ALL
+              SELECT model_id, text_sha256, dim, embedding FROM embeddings)
+        GROUP BY model_id, text_sha256
+        """,
+        CHUNK_EMBEDDINGS_DDL,
+        """
+        INSERT INTO chunk_embeddings
+        SELECT doc_id, strategy, chunk_index, model_id, text_sha256 FROM embeddings
+        """,
+        "DROP TABLE embeddings",
+        "DROP TABLE embedding_cache",
+    ),
+}
+
+# The version-1 layout of the two tables migration 1 replaces, as shipped in schema
+# version 1: kept so tests can build a version-1 file and migrate it.
+V1_EMBEDDING_TABLES_DDL: tuple[str, ...] = (
+    """
+    CREATE TABLE embeddings (
         doc_id        VARCHAR NOT NULL,
         strategy      VARCHAR NOT NULL,
         chunk_index   INTEGER NOT NULL,
@@ -103,7 +193,7 @@ DDL: tuple[str, ...] = (
     )
     """,
     """
-    CREATE TABLE IF NOT EXISTS embedding_cache (
+    CREATE TABLE embedding_cache (
         model_id      VARCHAR NOT NULL,
         text_sha256   VARCHAR NOT NULL,
         dim           INTEGER NOT NULL,

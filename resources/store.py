@@ -4,18 +4,29 @@
 ``StoreResource`` is the typed Dagster resource around it. DuckDB allows one
 writing process, so connections are opened briefly (compute first, then write)
 and a connection attempt that meets another process's lock is retried for a
-while before failing with a message that says so.
+while before failing with a one-line message naming the holder's pid.
+
+A process that wants to read while an ingest runs must not hold the file open:
+any DuckDB connection to it, even read-only, keeps the writer out. It reads a
+snapshot instead (:meth:`ChunkStore.snapshot`: copied under a lock held only for
+the copy) and may keep that open as long as it likes.
+
+A database holds the documents of one folder (doc ids are paths inside it): the
+first write claims the folder, a write from another folder is refused with
+:class:`SourceRootConflict`, so one folder can never overwrite another's rows.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import duckdb
 import numpy as np
@@ -23,9 +34,11 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from chunking.model import Block, Chunk, Page, ParsedDocument
-from resources.schema import DDL, SCHEMA_VERSION
+from chunking.sidecar import sidecar_paths
+from resources.schema import DDL, MIGRATIONS, SCHEMA_INFO_DDL, SCHEMA_VERSION
 
 DEFAULT_DB_PATH = "data/chunkyard.duckdb"
+T = TypeVar("T")
 
 # Column lists for bulk inserts, in the DDL's order (resources/schema.py).
 PAGE_COLUMNS = (("doc_id", "VARCHAR"), ("page_num", "INTEGER"), ("char_offset", "BIGINT"), ("text", "VARCHAR"))
@@ -44,15 +57,36 @@ CHUNK_COLUMNS = (
     ("page_start", "INTEGER"), ("page_end", "INTEGER"), ("heading_path", "VARCHAR[]"), ("block_ids", "VARCHAR[]"),
     ("verbatim", "BOOLEAN"), ("metadata", "JSON"), ("config_hash", "VARCHAR"), ("doc_sha256", "VARCHAR"),
 )
-EMBEDDING_COLUMNS = (
+CHUNK_EMBEDDING_COLUMNS = (
     ("doc_id", "VARCHAR"), ("strategy", "VARCHAR"), ("chunk_index", "INTEGER"), ("model_id", "VARCHAR"),
-    ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"),
+    ("text_sha256", "VARCHAR"),
 )
-CACHE_COLUMNS = (("model_id", "VARCHAR"), ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"))
+VECTOR_COLUMNS = (("model_id", "VARCHAR"), ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"))
+
+# DuckDB names the process holding a file lock: '... Conflicting lock is held in /usr/bin/python3 (PID 1234) ...'
+_LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
 
 class StoreLockedError(RuntimeError):
-    """Another process holds DuckDB's write lock for longer than we waited."""
+    """Another process holds the database file for longer than we waited."""
+
+
+class SourceRootConflict(RuntimeError):
+    """The database holds another folder's documents; writing this folder's would mix or overwrite them."""
+
+
+def lock_holder_pid(message: str) -> int | None:
+    """The pid DuckDB's lock error names, or None when the message names none."""
+    match = _LOCK_HOLDER.search(message)
+    return int(match.group(1)) if match else None
+
+
+def locked_message(path: Path, waited_s: float, duckdb_message: str) -> str:
+    """One line: which file, who holds it (when DuckDB says), how long we waited, what to do."""
+    pid = lock_holder_pid(duckdb_message)
+    holder = f"process {pid}" if pid is not None else "another process"
+    return (f"{path} is locked by {holder} (waited {waited_s:.0f} s); a DuckDB connection held open, even "
+            f"read-only, blocks the writer: close it, or read a snapshot (ChunkStore.snapshot)")
 
 
 @dataclass(frozen=True)
@@ -68,9 +102,13 @@ class StoredChunk:
 class ChunkStore:
     """All reads and writes of the chunkyard database."""
 
-    def __init__(self, path: str | Path, *, lock_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path, *, lock_timeout_s: float = 60.0, sidecar_dir: str | Path | None = None
+    ) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        # Where parsed sidecars are exported; deleting a document deletes its sidecars there.
+        self.sidecar_dir = Path(sidecar_dir) if sidecar_dir is not None else None
 
     # -- connections ----------------------------------------------------------------
 
@@ -89,30 +127,50 @@ class ChunkStore:
             con.close()
 
     def _connect_with_retry(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        return self._retry_on_lock(lambda: duckdb.connect(str(self.path), read_only=read_only))
+
+    def _retry_on_lock(self, open_file: Callable[[], T]) -> T:
+        """``open_file()``, retried while another process holds the file, for ``lock_timeout_s`` at most."""
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                return open_file()
             except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    if "lock" in str(exc).lower():
-                        raise StoreLockedError(
-                            f"{self.path} is locked by another process (DuckDB allows one writer); "
-                            f"waited {self.lock_timeout_s:.0f}s: {exc}"
-                        ) from exc
+                if "lock" not in str(exc).lower():
                     raise
+                if time.monotonic() > deadline:
+                    raise StoreLockedError(locked_message(self.path, self.lock_timeout_s, str(exc))) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
     @staticmethod
     def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-        for statement in DDL:
-            con.execute(statement)
-        con.execute(
-            "INSERT INTO schema_info VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
-            [str(SCHEMA_VERSION)],
-        )
+        """Create what is missing; migrate an older file first, all in one transaction.
+
+        Invariant: after this, the file is at ``SCHEMA_VERSION`` or unchanged (a
+        failed migration rolls back to the old version, whose data is intact).
+        """
+        con.execute(SCHEMA_INFO_DDL)
+        row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else SCHEMA_VERSION  # no version: a new file
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"database schema version {version} is newer than this code's {SCHEMA_VERSION}")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    con.execute(statement)
+            for statement in DDL:
+                con.execute(statement)
+            con.execute(
+                "INSERT INTO schema_info VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = ?",
+                [str(SCHEMA_VERSION), str(SCHEMA_VERSION)],
+            )
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -130,11 +188,34 @@ class ChunkStore:
         with self.connect():
             pass
 
+    # -- the one documents folder -----------------------------------------------------
+
+    def claim_source_root(self, source_root: str) -> None:
+        """Make ``source_root`` this database's folder, or raise SourceRootConflict if it holds another's.
+
+        The CLI calls it before anything runs; every document write checks it again.
+        """
+        with self.transaction() as con:
+            _claim_source_root(con, self.path, source_root)
+
+    def source_root(self) -> str | None:
+        """The folder this database holds documents of; None before the first write."""
+        with self.connect(read_only=True) as con:
+            return _claimed_root(con)
+
+    def source_root_conflict(self, source_root: str) -> str | None:
+        """Without writing: the message :meth:`claim_source_root` would raise, or None."""
+        with self.connect(read_only=True) as con:
+            claimed = _claimed_root(con)
+            roots = [r for (r,) in con.execute("SELECT DISTINCT source_root FROM documents").fetchall()]
+        return _conflict_message(self.path, source_root, claimed, roots)
+
     # -- documents ------------------------------------------------------------------
 
     def record_read(self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int) -> None:
         """Record that the raw bytes were read. Parsed rows stay until a parse replaces them."""
         with self.transaction() as con:
+            _claim_source_root(con, self.path, source_root)
             con.execute(
                 """
                 INSERT INTO documents (doc_id, source_root, source_path, sha256, size_bytes, status, updated_at)
@@ -153,8 +234,10 @@ class ChunkStore:
     def record_error(
         self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int, error: str
     ) -> None:
-        """Mark a document failed. Rows from an earlier good parse are kept, not lost."""
+        """Mark a document failed. Rows from an earlier good parse are kept, marked by this row:
+        the ``current_*`` views leave them out."""
         with self.transaction() as con:
+            _claim_source_root(con, self.path, source_root)
             con.execute(
                 """
                 INSERT INTO documents (doc_id, source_root, source_path, sha256, size_bytes, status, error, updated_at)
@@ -182,6 +265,7 @@ class ChunkStore:
             for table_id, entry in doc.tables.items()
         ]
         with self.transaction() as con:
+            _claim_source_root(con, self.path, source_root)
             for table in ("pages", "blocks", "doc_tables"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc.doc_id])
             insert_rows(con, "pages", PAGE_COLUMNS, page_rows)
@@ -258,10 +342,18 @@ class ChunkStore:
         )
 
     def delete_document(self, doc_id: str) -> None:
-        """Remove every row of a document (the embedding cache is content-addressed and stays)."""
+        """Remove every row of a document, then its exported sidecars.
+
+        The vectors stay (``embedding_vectors`` is content-addressed: the same text
+        elsewhere, or back later, embeds nothing). The rows go first: a failure
+        there leaves the sidecars, which a retry removes.
+        """
         with self.transaction() as con:
-            for table in ("embeddings", "chunks", "doc_tables", "blocks", "pages", "documents"):
+            for table in ("chunk_embeddings", "chunks", "doc_tables", "blocks", "pages", "documents"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc_id])
+        if self.sidecar_dir is not None:
+            for sidecar in sidecar_paths(doc_id, self.sidecar_dir):
+                sidecar.unlink(missing_ok=True)
 
     # -- chunks ---------------------------------------------------------------------
 
@@ -310,7 +402,7 @@ class ChunkStore:
             return {}
         with self.connect(read_only=True) as con:
             rows = con.execute(
-                "SELECT text_sha256, embedding FROM embedding_cache "
+                "SELECT text_sha256, embedding FROM embedding_vectors "
                 "WHERE model_id = ? AND text_sha256 IN (SELECT unnest(?::VARCHAR[]))",
                 [model_id, list(set(text_hashes))],
             ).fetchall()
@@ -324,23 +416,32 @@ class ChunkStore:
         rows: Sequence[tuple[int, str, np.ndarray]],
         new_cache_entries: dict[str, np.ndarray],
     ) -> None:
-        """Replace one partition's vectors and add fresh ones to the cache, atomically."""
+        """Replace one partition's vector references, storing each vector not yet stored, atomically.
+
+        ``rows`` are (chunk_index, text_sha256, vector). Every referenced vector is
+        stored once in ``embedding_vectors`` (``new_cache_entries`` are the freshly
+        embedded ones; a vector of ``rows`` that is missing, e.g. pruned since it was
+        read from the cache, is stored too), so the ``embeddings`` view never loses a row.
+        """
+        vectors = {sha: v for _, sha, v in rows}
+        vectors.update(new_cache_entries)
         with self.transaction() as con:
-            if new_cache_entries:
-                # Another partition of the batch may have cached the same text already.
+            if vectors:
+                # Another partition of the batch may have stored the same text already.
                 present = {
                     sha for (sha,) in con.execute(
-                        "SELECT text_sha256 FROM embedding_cache WHERE model_id = ? "
+                        "SELECT text_sha256 FROM embedding_vectors WHERE model_id = ? "
                         "AND text_sha256 IN (SELECT unnest(?::VARCHAR[]))",
-                        [model_id, list(new_cache_entries)],
+                        [model_id, list(vectors)],
                     ).fetchall()
                 }
-                insert_rows(con, "embedding_cache", CACHE_COLUMNS, [
-                    (model_id, sha, len(v), v.tolist()) for sha, v in new_cache_entries.items() if sha not in present
+                insert_rows(con, "embedding_vectors", VECTOR_COLUMNS, [
+                    (model_id, sha, len(v), np.asarray(v, dtype=np.float32).tolist())
+                    for sha, v in vectors.items() if sha not in present
                 ])
-            con.execute("DELETE FROM embeddings WHERE doc_id = ? AND strategy = ?", [doc_id, strategy])
-            insert_rows(con, "embeddings", EMBEDDING_COLUMNS, [
-                (doc_id, strategy, i, model_id, sha, len(v), v.tolist()) for i, sha, v in rows
+            con.execute("DELETE FROM chunk_embeddings WHERE doc_id = ? AND strategy = ?", [doc_id, strategy])
+            insert_rows(con, "chunk_embeddings", CHUNK_EMBEDDING_COLUMNS, [
+                (doc_id, strategy, i, model_id, sha) for i, sha, _ in rows
             ])
 
     def load_embeddings(self, doc_id: str, strategy: str) -> list[tuple[int, np.ndarray]]:
@@ -356,17 +457,59 @@ class ChunkStore:
 
     # -- reporting ------------------------------------------------------------------
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, source_root: str | None = None) -> dict[str, Any]:
+        """Counts of the documents of ``source_root`` (default: all), of their current chunks and
+        embeddings (``current_*`` views: rows kept from an earlier parse are not counted) and
+        of stored vectors (``embedding_cache``: every model and folder, the cache's size)."""
+        docs = "SELECT doc_id FROM documents WHERE source_root = $root OR $root IS NULL"
+        params = {"root": source_root}
         with self.connect(read_only=True) as con:
-            statuses = dict(con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
-            chunks = dict(con.execute("SELECT strategy, count(*) FROM chunks GROUP BY strategy").fetchall())
-            embeddings = dict(con.execute("SELECT strategy, count(*) FROM embeddings GROUP BY strategy").fetchall())
-            cache = con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+            statuses = dict(con.execute(
+                "SELECT status, count(*) FROM documents WHERE source_root = $root OR $root IS NULL GROUP BY status",
+                params).fetchall())
+            chunks = dict(con.execute(
+                f"SELECT strategy, count(*) FROM current_chunks WHERE doc_id IN ({docs}) GROUP BY strategy",
+                params).fetchall())
+            embeddings = dict(con.execute(
+                f"SELECT strategy, count(*) FROM current_embeddings WHERE doc_id IN ({docs}) GROUP BY strategy",
+                params).fetchall())
+            cache = con.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0]
             errors = con.execute(
-                "SELECT doc_id, error FROM documents WHERE status = 'error' ORDER BY doc_id"
-            ).fetchall()
+                "SELECT doc_id, error FROM documents WHERE status = 'error' AND (source_root = $root OR $root IS NULL) "
+                "ORDER BY doc_id", params).fetchall()
         return {"documents": statuses, "chunks": chunks, "embeddings": embeddings,
                 "embedding_cache": cache, "errors": errors}
+
+    # -- readers beside a running ingest --------------------------------------------
+
+    @contextmanager
+    def snapshot(self, *, lock_timeout_s: float = 10.0) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to a consistent copy of the database, for as long as you like.
+
+        The copy is made under a read lock held only while copying (the writer, which
+        retries, waits that long and no longer) and deleted on exit. Use it to query
+        while an ingest runs; a connection to the live file would stop the ingest.
+        """
+        with tempfile.TemporaryDirectory(prefix="chunkyard-snapshot-") as tmp:
+            copy = Path(tmp) / self.path.name
+            if self.path.exists():
+                with closing(duckdb.connect()) as con:
+                    con.execute(f"ATTACH '{_sql_string(copy)}' AS snapshot")
+                    reader = ChunkStore(self.path, lock_timeout_s=lock_timeout_s)
+                    # Attached read-only, the live file cannot change while it is copied.
+                    reader._retry_on_lock(
+                        lambda: con.execute(f"ATTACH '{_sql_string(self.path)}' AS live (READ_ONLY)"))
+                    con.execute("COPY FROM DATABASE live TO snapshot")
+                    # Detached at once: the writer waits only for the copy.
+                    con.execute("DETACH live")
+            else:
+                with ChunkStore(copy).connect():
+                    pass
+            con = duckdb.connect(str(copy), read_only=True)
+            try:
+                yield con
+            finally:
+                con.close()
 
 
 def insert_rows(
@@ -385,6 +528,40 @@ def insert_rows(
     con.execute(f"INSERT INTO {table} ({names}) SELECT {selects}", values)
 
 
+def _claimed_root(con: duckdb.DuckDBPyConnection) -> str | None:
+    row = con.execute("SELECT value FROM schema_info WHERE key = 'source_root'").fetchone()
+    return row[0] if row else None
+
+
+def _conflict_message(db_path: Path, source_root: str, claimed: str | None, roots: Sequence[str]) -> str | None:
+    """Why ``source_root`` may not write into this database, or None when it may.
+
+    A database first written before claims existed may hold several folders: it is
+    claimed only when all its documents come from ``source_root``.
+    """
+    others = sorted({claimed} if claimed is not None else set(roots) - {source_root})
+    if not others or others == [source_root]:
+        return None
+    return (f"{db_path} holds the documents of {', '.join(others)}; it will not take {source_root} too "
+            f"(a document is its path inside one folder, so same-named files would overwrite each other). "
+            f"Give this folder its own database, e.g. CHUNKYARD_DB=data/other.duckdb make run DOCS={source_root}")
+
+
+def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path, source_root: str) -> None:
+    claimed = _claimed_root(con)
+    if claimed == source_root:
+        return
+    roots = [] if claimed else [r for (r,) in con.execute("SELECT DISTINCT source_root FROM documents").fetchall()]
+    message = _conflict_message(db_path, source_root, claimed, roots)
+    if message:
+        raise SourceRootConflict(message)
+    con.execute("INSERT INTO schema_info VALUES ('source_root', ?)", [source_root])
+
+
+def _sql_string(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
@@ -397,8 +574,8 @@ class StoreResource(ConfigurableResource):
         default=None, description="Where .blocks.jsonl/.tables.json are written; default <db dir>/parsed."
     )
 
-    def store(self) -> ChunkStore:
-        return ChunkStore(self.path)
+    def store(self, *, lock_timeout_s: float = 60.0) -> ChunkStore:
+        return ChunkStore(self.path, lock_timeout_s=lock_timeout_s, sidecar_dir=self.sidecar_path())
 
     def sidecar_path(self) -> Path:
         return Path(self.sidecar_dir) if self.sidecar_dir else Path(self.path).parent / "parsed"

@@ -102,7 +102,7 @@ def test_rematerialization_is_idempotent_and_embeds_nothing(project, instance, s
     first = run_range(project, instance, "alpha.md", "sub/beta.txt")
     assert first.success
     counts_sql = {
-        t: f"SELECT count(*) FROM {t}" for t in ("documents", "pages", "blocks", "chunks", "embeddings", "embedding_cache")
+        t: f"SELECT count(*) FROM {t}" for t in ("documents", "pages", "blocks", "chunks", "embeddings", "embedding_vectors")
     }
     before = {t: table_count(settings.db_path, q) for t, q in counts_sql.items()}
     second = run_range(project, instance, "alpha.md", "sub/beta.txt")

@@ -1,13 +1,21 @@
 """The documents sensor: add, change, delete, and a restart that does not re-run everything."""
 
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
     DeleteDynamicPartitionsRequest,
+    SkipReason,
     build_sensor_context,
 )
+
+from chunking.model import Page, ParsedDocument
+from chunking.sidecar import sidecar_paths, write_sidecars
 
 from orchestration.sensors import documents_sensor
 from resources.documents import DocumentsFolder, sha256_file
@@ -62,8 +70,11 @@ def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
 
 def test_deleted_file_loses_its_partition_and_every_row(instance, resources, settings, docs_dir):
     first = evaluate(instance, resources)
-    store = ChunkStore(settings.db_path)
+    store = resources["store"].store()
     store.record_read("alpha.md", str(docs_dir.resolve()), "alpha.md", "x" * 64, 10)
+    doc = ParsedDocument(doc_id="alpha.md", text="text", pages=[Page(page_num=0, char_offset=0, text="text")])
+    sidecars = write_sidecars(doc, resources["store"].sidecar_path())
+    assert sidecars == sidecar_paths("alpha.md", resources["store"].sidecar_path())
     with store.transaction() as con:
         con.execute("INSERT INTO pages VALUES ('alpha.md', 0, 0, 'text')")
         con.execute(
@@ -80,6 +91,7 @@ def test_deleted_file_loses_its_partition_and_every_row(instance, resources, set
         for table in ("documents", "pages", "chunks"):
             assert con.execute(f"SELECT count(*) FROM {table} WHERE doc_id = 'alpha.md'").fetchone()[0] == 0
     assert "alpha.md" not in json.loads(second.cursor)["docs"]
+    assert not any(path.exists() for path in sidecars)
 
 
 def test_empty_cursor_is_seeded_from_stored_hashes(instance, resources, settings, docs_dir):
@@ -87,11 +99,8 @@ def test_empty_cursor_is_seeded_from_stored_hashes(instance, resources, settings
     root = str(docs_dir.resolve())
     store.record_read("alpha.md", root, "alpha.md", sha256_file(docs_dir / "alpha.md"), 1)
     store.record_read("sub/beta.txt", root, "sub/beta.txt", "stale-hash", 1)
-    # A document processed from another folder is neither re-run nor deleted.
-    store.record_read("elsewhere.md", "/some/other/folder", "elsewhere.md", "y" * 64, 1)
     result = evaluate(instance, resources)  # cursor None: a fresh start
     assert [r.partition_key for r in result.run_requests] == ["sub/beta.txt"]
-    assert store.document("elsewhere.md") is not None
 
 
 def test_sidecars_and_hidden_files_are_not_documents(docs_dir):
@@ -104,3 +113,72 @@ def test_sidecars_and_hidden_files_are_not_documents(docs_dir):
     (docs_dir / "odd[1],v|2.md").write_text("# odd", encoding="utf-8")
     keys = sorted(scan_folder(docs_dir))
     assert keys == ["alpha.md", "odd_1__v_2.md", "sub/beta.txt"]
+
+
+# -- one owner per document run (issue 11.8) -----------------------------------------------
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def hold_run_lock(home) -> subprocess.Popen:
+    """Another process holding the CLI's run lock on this instance, as `make run` does."""
+    code = f"""
+        import sys
+        from orchestration.runlock import run_lock
+        with run_lock({str(home)!r}):
+            print("ready", flush=True)
+            sys.stdin.readline()
+    """
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    return proc
+
+
+def test_the_sensor_skips_while_a_cli_run_holds_the_lock(instance, resources, docs_dir):
+    first = evaluate(instance, resources)  # both documents requested
+    (docs_dir / "gamma.md").write_text("# Gamma\n\nNew while the CLI runs.\n", encoding="utf-8")
+    cli = hold_run_lock(instance.root_directory)
+    try:
+        skipped = documents_sensor(build_sensor_context(instance=instance, cursor=first.cursor, resources=resources))
+        assert isinstance(skipped, SkipReason)
+        assert f"pid {cli.pid}" in skipped.skip_message
+        assert "gamma.md" not in instance.get_dynamic_partitions("documents")
+    finally:
+        cli.communicate("\n", timeout=60)
+    # The CLI processed gamma.md (and re-read alpha.md) before it let go: the store has their hashes.
+    store = resources["store"].store()
+    root = str(docs_dir.resolve())
+    for name in ("gamma.md", "alpha.md"):
+        store.record_read(name, root, name, sha256_file(docs_dir / name), 1)
+    after = evaluate(instance, resources, first.cursor)
+    assert after.run_requests == []  # the cursor never saw gamma.md; the store's hashes decide
+    assert "gamma.md" in instance.get_dynamic_partitions("documents")
+
+
+def test_the_sensor_skips_a_folder_the_database_does_not_hold(instance, resources, docs_dir):
+    resources["store"].store().claim_source_root("/another/folder")
+    skipped = documents_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(skipped, SkipReason) and "/another/folder" in skipped.skip_message
+    assert instance.get_dynamic_partitions("documents") == []
+
+
+def test_a_cli_run_that_starts_during_a_tick_still_owns_the_documents(instance, resources, monkeypatch):
+    import orchestration.sensors as sensors
+
+    holders = []
+
+    def hash_while_a_cli_run_starts(path):
+        if not holders:
+            holders.append(hold_run_lock(instance.root_directory))
+        return sha256_file(path)
+
+    monkeypatch.setattr(sensors, "sha256_file", hash_while_a_cli_run_starts)
+    try:
+        result = documents_sensor(build_sensor_context(instance=instance, resources=resources))
+    finally:
+        for holder in holders:
+            holder.communicate("\n", timeout=60)
+    assert isinstance(result, SkipReason) and f"pid {holders[0].pid}" in result.skip_message
+    assert instance.get_dynamic_partitions("documents") == []

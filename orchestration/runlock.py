@@ -1,0 +1,105 @@
+"""One ingest at a time per Dagster instance: an inter-process lock in ``$DAGSTER_HOME``.
+
+Two ``make run`` started together on a fresh checkout would both create the
+instance's SQLite storage (``runs.db`` ends with two ``alembic_version`` rows)
+and, on an existing instance, both process the same documents. The CLI takes
+this lock *before* the instance is first opened, and holds it for the whole
+run; a second CLI fails at once with one line naming the holder's pid. The
+documents sensor does not request runs while the lock is held.
+
+The lock is ``fcntl.flock`` on ``$DAGSTER_HOME/chunkyard-run.lock``: the kernel
+drops it when the holder exits, however it exits (SIGKILL included), so a stale
+lock file never blocks anyone. The file holds the holder's pid, for the message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+LOCK_FILE_NAME = "chunkyard-run.lock"
+# How long run_lock retries before it reports the lock held: far longer than a
+# lock_holder probe holds it, far shorter than any run.
+PROBE_GRACE_S = 1.0
+
+
+class RunLockHeld(RuntimeError):
+    """Another process is running an ingest on this Dagster instance."""
+
+    def __init__(self, home: Path, pid: int | None) -> None:
+        self.home = home
+        self.pid = pid
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"another chunkyard run ({holder}) is using the Dagster instance {home}; "
+            f"wait for it to finish, then run again (it processes only what is left)"
+        )
+
+
+def lock_path(home: str | Path) -> Path:
+    return Path(home) / LOCK_FILE_NAME
+
+
+@contextmanager
+def run_lock(home: str | Path) -> Iterator[None]:
+    """Hold the instance's run lock for the ``with`` block, or raise RunLockHeld (within ``PROBE_GRACE_S``).
+
+    ``home`` is created if missing (the lock must exist before the instance does).
+    """
+    path = lock_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _acquire(fd, home)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            # Emptied before release: a pid in the file always means a live holder wrote it.
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def lock_holder(home: str | Path) -> int | None:
+    """The pid holding the run lock (0 when the holder's pid is not written yet), or None when free.
+
+    Probes with a shared non-blocking flock released at once. A ``run_lock`` that
+    meets the probe retries for ``PROBE_GRACE_S``, so a probe never makes it fail.
+    """
+    path = lock_path(home)
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, home: str | Path) -> None:
+    deadline = time.monotonic() + PROBE_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise RunLockHeld(Path(home), _read_pid(fd)) from None
+            time.sleep(0.05)
+
+
+def _read_pid(fd: int) -> int | None:
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
