@@ -10,9 +10,9 @@ from typing import Callable, Iterator
 
 import duckdb
 
-# The chunks the statistics describe. The store's current chunks (of each document's
-# current good parse) are the truth a person wants; switch to that view's name here.
-CHUNKS_TABLE = "chunks"
+# The chunks the statistics describe: the store's view of each document's current good
+# parse (rows of an earlier parse of a now-failing document are kept but not current).
+CHUNKS_TABLE = "current_chunks"
 
 PERCENTILES = (0.10, 0.50, 0.90, 0.99)
 

@@ -7,17 +7,17 @@ from dagster import AssetKey, materialize
 
 from assets.stats import histogram_bin_width, histogram_svg, stats_table
 from orchestration.definitions import build_project
-from resources.stats import over_limit_counts, strategy_stats, token_histogram
+from resources.stats import CHUNKS_TABLE, over_limit_counts, strategy_stats, token_histogram
 from tests.assets.test_pipeline import register, run_range
 
 
 @pytest.fixture
 def con():
     con = duckdb.connect()
-    con.execute("CREATE TABLE chunks (doc_id VARCHAR, strategy VARCHAR, token_count INTEGER, text VARCHAR)")
+    con.execute(f"CREATE TABLE {CHUNKS_TABLE} (doc_id VARCHAR, strategy VARCHAR, token_count INTEGER, text VARCHAR)")
     rows = [("a", "one", n, "x" * n) for n in range(1, 101)]  # 1..100 tokens
     rows += [("a", "two", 10, "ten"), ("b", "two", 30, "thirty"), ("b", "two", 300, "long")]
-    con.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?)", rows)
+    con.executemany(f"INSERT INTO {CHUNKS_TABLE} VALUES (?, ?, ?, ?)", rows)
     yield con
     con.close()
 
