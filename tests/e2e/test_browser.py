@@ -186,9 +186,10 @@ def screenshots(tmp_path_factory, request):
     folder = Path(os.environ.get("CHUNKYARD_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
     yield folder
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\nbrowser screenshots: {folder}")
+    # Printed past pytest's output capture, so it shows when the tests pass too.
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nbrowser screenshots: {folder}")
 
 
 @pytest.fixture
