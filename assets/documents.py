@@ -4,7 +4,9 @@ blocks and tables (stored in DuckDB, sidecars exported beside the database).
 A document that cannot be read or parsed fails alone: in a single-partition run
 its step fails with a message naming the file and the cause; in a batched
 (partition-range) run it is recorded as an error, its check fails for that
-partition, and the other documents of the batch go on. Rows stored by an earlier
+partition and its partition's metadata carries the cause (``error``), and the
+other documents of the batch go on. Run alone, its failed check (with the cause)
+is recorded on the partition before the step fails. Rows stored by an earlier
 successful parse are kept, never half-replaced.
 """
 

@@ -61,5 +61,15 @@ def test_unknown_strategy_settings_are_rejected():
 def test_every_document_asset_is_partitioned_batched_and_in_the_duckdb_pool():
     for asset in defs.assets:
         assert asset.op.pool == "duckdb", asset.key  # DuckDB allows one writing process
+        if asset.key == AssetKey("strategy_stats"):  # the store-wide summary, not per document
+            assert asset.partitions_def is None
+            continue
         assert asset.partitions_def.name == "documents"
         assert asset.backfill_policy.max_partitions_per_run == 25
+
+
+def test_strategy_stats_follows_every_strategys_embeddings():
+    graph = defs.resolve_asset_graph()
+    assert graph.get(AssetKey("strategy_stats")).parent_keys == {
+        AssetKey(f"embeddings_{spec.name}") for spec in all_strategies()
+    }

@@ -12,7 +12,8 @@ import pytest
 from dagster import AssetCheckKey, AssetKey
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log.base import AssetRecordsFilter
-from dagster._core.storage.dagster_run import DagsterRunStatus  # noqa: F401  (kept for readers: run outcomes)
+from dagster._core.definitions.partitions.context import partition_loading_context
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
 
 from orchestration.definitions import build_project
 from tests.assets.test_pipeline import register, run_one, run_range
@@ -99,6 +100,16 @@ def test_a_range_run_leaves_no_check_partition_missing(project, instance):
                 assert info.latest_execution_status in DONE, (check_key, doc, info.latest_execution_status)
                 # Targets the partition's latest materialization, so the UI shows it (not Missing).
                 assert info.is_current, (check_key, doc)
+
+    # What the UI's check Partitions tab is built from (GraphQL resolves it with AssetCheckState).
+    with partition_loading_context(dynamic_partitions_store=instance):
+        for assets_def in project.defs.assets:
+            keys = [(key, assets_def.partitions_def) for key in assets_def.check_keys]
+            for check_key, state in instance.event_log_storage.get_asset_check_state(keys).items():
+                shown = state.subsets[AssetCheckExecutionResolvedStatus.SUCCEEDED].compute_union(
+                    state.subsets[AssetCheckExecutionResolvedStatus.FAILED]
+                )
+                assert set(shown.subset_value.get_partition_keys()) == set(docs), check_key
 
 
 def test_a_bad_document_in_a_batch_shows_its_cause_on_its_partition(project, instance, docs_dir):
