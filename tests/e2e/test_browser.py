@@ -11,6 +11,7 @@ README shows into docs/screenshots/.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -192,12 +193,17 @@ def screenshots(tmp_path_factory, request):
         print(f"\nbrowser screenshots: {folder}")
 
 
+# Decided at collection, before the module's UI server is started for nothing.
+needs_browser = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists() and importlib.util.find_spec("selenium")),
+    reason=f"{CHROMIUM}, {CHROMEDRIVER} or selenium is missing: `make browser` installs Debian's chromium and "
+    "chromium-driver (needs apt-get as root); selenium is in the [test] extra",
+)
+
+
 @pytest.fixture
 def browser(tmp_path):
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip(f"{CHROMIUM} or {CHROMEDRIVER} is missing: `make browser` installs Debian's chromium "
-                    "and chromium-driver (needs apt-get as root)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the [test] extra")
+    from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
@@ -335,6 +341,7 @@ def finished_runs_for(ui: UiServer, doc: str, after: float) -> list[dict] | None
     return runs if runs and finished else None
 
 
+@needs_browser
 def test_browser_shows_each_document_and_reruns_one(ui_server, browser, screenshots):
     ui = ui_server
     graphql(ui.port, "mutation { setNuxSeen }")  # the community dialog would cover the page
