@@ -328,6 +328,14 @@ def launch_one_document(driver, ui: UiServer, doc: str) -> None:
                                     "the launch dialog never closed")
 
 
+def open_strategy_stats(driver, ui: UiServer, shots: Path) -> str:
+    """The strategy_stats asset's latest materialization: per-strategy figures and the histogram."""
+    driver.get(f"{ui.base}/assets/strategy_stats")
+    wait_for_text(driver, f"{STRATEGY}/tokens_p50")
+    driver.save_screenshot(str(shots / "strategy-stats.png"))
+    return page_text(driver)
+
+
 def finished_runs_for(ui: UiServer, doc: str, after: float) -> list[dict] | None:
     """The runs of one document created since `after`, once there is one and all have finished.
 
@@ -374,7 +382,13 @@ def test_browser_shows_each_document_and_reruns_one(ui_server, browser, screensh
     for other in set(before) - {RELAUNCHED_DOC}:
         assert after[other] == before[other], other  # one document's run touched one document
 
+    # "Materialize all" also refreshed the unpartitioned strategy_stats (from the store, not the run).
+    stats_page = open_strategy_stats(browser, ui, screenshots)
+    # Its table's row for the strategy: chunks, then documents, as stored.
+    stored = read_when_unlocked(lambda: chunk_counts(ui.db_path), "the database for the statistics")
+    assert re.search(rf"\b{STRATEGY}\s+{sum(stored.values())}\s+{len(stored)}\b", stats_page), stats_page
+
     if os.environ.get("CHUNKYARD_UPDATE_README_SCREENSHOTS") == "1":
         README_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        for name in ("lineage.png", "chunks-partition.png"):
+        for name in ("lineage.png", "strategy-stats.png"):
             shutil.copyfile(screenshots / name, README_SCREENSHOTS / name)
