@@ -46,12 +46,12 @@ class CliError(Exception):
 
 
 def ensure_dagster_home() -> Path:
-    """Use $DAGSTER_HOME, default ``.dagster/`` with the project's ``dagster.yaml``."""
+    """Use $DAGSTER_HOME, default ``.dagster/`` with a copy of the project's ``dagster-instance.yaml``."""
     home = Path(os.environ.get("DAGSTER_HOME") or REPO_ROOT / ".dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        shutil.copyfile(REPO_ROOT / "dagster.yaml", config)
+        shutil.copyfile(REPO_ROOT / "dagster-instance.yaml", config)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 

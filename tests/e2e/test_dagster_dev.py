@@ -67,7 +67,7 @@ def wait_until(predicate, timeout: float, what: str):
 def dagster_dev(tmp_path, docs_dir):
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copyfile(REPO_ROOT / "dagster-instance.yaml", home / "dagster.yaml")
     config = tmp_path / "chunkyard.toml"
     config.write_text("[strategies.recursive]\nchunk_token_size = 60\nchunk_overlap_token_size = 10\n")
     env = {
