@@ -107,8 +107,8 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
     from orchestration.reconcile import diff_folder
-    from orchestration.schedules import plan_refresh, stale_chunk_docs
-    from resources.documents import sha256_file
+    from orchestration.schedules import plan_refresh, settled_failures, stale_chunk_docs
+    from resources.documents import source_fingerprint
 
     started = time.monotonic()
     resources = definitions.defs.resources
@@ -118,7 +118,7 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     instance = DagsterInstance.get()
 
     sources = folder.scan()
-    current = {doc_id: sha256_file(source.path) for doc_id, source in sources.items()}
+    current = {doc_id: source_fingerprint(source) for doc_id, source in sources.items()}
     changes = diff_folder(current, store.document_hashes(folder.root_path))
 
     existing = set(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
@@ -137,7 +137,8 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store, definitions.project.config_hashes)
-        selected = set(changes.to_process) | set(plan_refresh(ordered, materialized, graph_order, stale))
+        selected = set(changes.to_process) | set(
+            plan_refresh(ordered, materialized, graph_order, stale, settled_failures(store, current)))
 
     job = reconstructable(definitions.ingest_job)
     tally = RunTally()

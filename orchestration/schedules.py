@@ -3,7 +3,8 @@
 Missing comes from the instance (partitions of an asset never materialized);
 stale from the store (chunks made from an older version of the document, or
 with another config than the strategy's current one). One run per document
-that needs anything, for exactly the assets it needs.
+that needs anything, for exactly the assets it needs. A document whose recorded
+failure is for its current bytes is not re-run: it would fail the same way.
 """
 
 
@@ -31,15 +32,20 @@ def plan_refresh(
     materialized: dict[AssetKey, set[str]],
     graph_order: list[AssetKey],
     stale_chunks: dict[str, set[str]],
+    settled: set[str] = frozenset(),
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
     ``stale_chunks`` maps strategy -> doc_ids whose chunks are out of date; their
     ``chunks_<s>`` and ``embeddings_<s>`` assets are refreshed. A missing asset
     brings everything downstream of it along, since those read what it writes.
+    ``settled`` documents (:func:`settled_failures`: refused or failed for the bytes
+    they still have) are never planned: re-running them would fail the same way.
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
+        if doc_id in settled:
+            continue
         needed: set[AssetKey] = {k for k in graph_order if doc_id not in materialized.get(k, set())}
         for strategy, docs in stale_chunks.items():
             if doc_id in docs:
@@ -49,6 +55,20 @@ def plan_refresh(
         if needed:
             plan[doc_id] = [k for k in graph_order if k in needed]
     return plan
+
+
+def settled_failures(store: ChunkStore, current: dict[str, str] | None = None) -> set[str]:
+    """Documents whose recorded failure is for their current bytes: status 'error'
+    with a recorded sha256 equal to ``current[doc_id]`` (the folder's fingerprints).
+    Without ``current`` (the nightly schedule, which does not read the folder; the
+    sensor requests changed files), every failure recorded with a real hash."""
+    with store.connect(read_only=True) as con:
+        failed = dict(con.execute(
+            "SELECT doc_id, sha256 FROM documents WHERE status = 'error' AND coalesce(sha256, '') <> ''"
+        ).fetchall())
+    if current is None:
+        return set(failed)
+    return {doc_id for doc_id, sha in failed.items() if current.get(doc_id) == sha}
 
 
 def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str]) -> dict[str, set[str]]:
@@ -86,8 +106,9 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store.store(), config_hashes)
+        settled = settled_failures(store.store())
         stamp = _tick_time(context).strftime("%Y%m%d")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale).items():
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, settled).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh
