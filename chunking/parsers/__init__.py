@@ -76,7 +76,7 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
                    limits: DocumentLimits | None = None) -> ParsedDocument:
     """Read and parse one file within ``limits`` (``max_bytes`` overrides its size cap).
 
-    A verified sidecar beside the file wins over our own parse (:func:`_sidecar_beside`);
+    A verified sidecar beside the file wins over our own parse (:func:`_sidecar_refusal`);
     the result has at most ``limits.max_chars`` characters and ``limits.max_blocks``
     blocks, else :class:`~chunking.limits.LimitExceeded` names the limit.
     """
@@ -209,7 +209,7 @@ def _parser(fmt: str) -> Callable[[bytes, str, str, str, DocumentLimits], Parsed
     if fmt == "html":
         from chunking.parsers.html import parse_html
 
-        return lambda d, s, i, h, _m: parse_html(d, s, i, h)
+        return lambda d, s, i, h, lim: parse_html(d, s, i, h, max_chars=lim.max_chars)
     if fmt == "docx":
         from chunking.parsers.docx import parse_docx
 

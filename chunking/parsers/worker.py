@@ -28,7 +28,7 @@ import resource
 from pathlib import Path
 from typing import Callable
 
-from chunking.limits import DocumentLimits, LimitExceeded
+from chunking.limits import DocumentLimits, LimitExceeded, limit_key
 from chunking.model import ParsedDocument
 from chunking.parsers.errors import DocumentError
 
@@ -103,8 +103,12 @@ def parse_in_worker(path: str | Path, doc_id: str, limits: DocumentLimits | None
         return payload
     if kind == "error":
         raise payload
-    if kind == "memory" or (kind == "died" and payload is not None and payload < 0):
-        # Killed by a signal (SIGSEGV/SIGABRT) while allocating under the cap is how
-        # C libraries run out of memory; a MemoryError is how Python does.
+    if kind == "memory":
         raise LimitExceeded(source, "parse_memory_mb", "parse memory use", None, f"{limits.parse_memory_mb} MiB")
-    raise DocumentError(source, f"parser worker failed: {payload}")
+    if kind == "died" and payload is not None and payload < 0:
+        # A C library that cannot allocate under the cap may abort or crash instead
+        # of raising MemoryError: say so, without claiming it was certainly memory.
+        raise DocumentError(source, f"the parse worker was killed by signal {-payload}; if this file needs more "
+                                    f"than {limits.parse_memory_mb} MiB, raise {limit_key('parse_memory_mb')} "
+                                    "in chunkyard.toml")
+    raise DocumentError(source, f"the parse worker failed: {payload}")

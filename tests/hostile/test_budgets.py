@@ -203,3 +203,29 @@ def test_worker_over_its_time_limit_is_killed_and_the_document_fails_naming_the_
                                             r"\(raise limits.parse_timeout_s in chunkyard.toml"):
         parse_in_worker(tmp_path / "a.txt", "a.txt", DocumentLimits(parse_timeout_s=1), parse=sleep_forever)
     assert multiprocessing.active_children() == []  # killed and joined, not left running
+
+
+def crash(path, doc_id, limits):
+    """A 'parser' that dies the way a C library does when it cannot allocate."""
+    import os
+
+    os.abort()
+
+
+def test_a_worker_killed_by_a_signal_fails_the_document_alone_and_names_the_memory_key(tmp_path):
+    (tmp_path / "a.txt").write_text("hello")
+    with pytest.raises(DocumentError, match=r"a.txt: the parse worker was killed by signal 6; if this file needs "
+                                            r"more than 1024 MiB, raise limits.parse_memory_mb"):
+        parse_in_worker(tmp_path / "a.txt", "a.txt", parse=crash)
+    assert parse_in_worker(tmp_path / "a.txt", "a.txt").text == "hello"  # the next document is unaffected
+
+
+def test_html_over_the_character_budget_is_refused_while_parsing(monkeypatch):
+    import chunking.parsers.build as build
+
+    page = "<html><body>" + "<h2>Part</h2><p>Some words that count toward the budget.</p>" * 2000 + "</body></html>"
+    # Refused from the parser's running count, before any document is assembled.
+    monkeypatch.setattr(build, "assemble_structured", lambda **kw: pytest.fail("assembled an over-budget document"))
+    with pytest.raises(LimitExceeded, match=r"big.html: extracted text is over the limit of 10000 characters "
+                                            r"\(raise limits.max_chars"):
+        parse_bytes(page.encode(), "big.html", "b", limits=DocumentLimits(max_chars=10_000))
