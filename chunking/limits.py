@@ -13,16 +13,21 @@ Invariants a caller relies on:
   safety"); ``DocumentLimits.model_validate(toml["limits"])`` rejects unknown keys.
 * :func:`check_parsed_budget` passes exactly when the document's characters and
   blocks are within the limits; :func:`check_chunk_count` when the chunk count is.
+* A refusal's message (as stored with the document) says which limit refused it and
+  its value then: :func:`refused_under` reads that back, so a recorded refusal can be
+  retried once the user has raised that limit (:func:`would_refuse_again`).
 """
 
 from __future__ import annotations
+
+import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from chunking.errors import DocumentError
 
 __all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "check_chunk_count", "check_parsed_budget",
-           "limit_key"]
+           "limit_key", "refused_under", "would_refuse_again"]
 
 MIB = 1024 * 1024
 CONFIG_TABLE = "limits"
@@ -84,3 +89,26 @@ def check_chunk_count(count: int, max_chunks: int, source: str) -> None:
     """Raise :class:`LimitExceeded` if one strategy made more than ``max_chunks`` chunks of one document."""
     if count > max_chunks:
         raise LimitExceeded(source, "max_chunks", "chunk count", count, max_chunks)
+
+
+# "... the limit of <value>[ unit] ... raise limits.<name> ...": the one message shape
+# of LimitExceeded and of the parse worker's out-of-memory crash.
+_REFUSAL = re.compile(r"the limit of (\d+)\b.*?raise " + re.escape(CONFIG_TABLE) + r"\.(\w+)")
+
+
+def refused_under(error: str) -> tuple[str, int] | None:
+    """(limit name, its value when it refused) from a stored refusal message; None
+    when the error was not a limit's."""
+    match = _REFUSAL.search(error or "")
+    return (match.group(2), int(match.group(1))) if match else None
+
+
+def would_refuse_again(error: str, limits: DocumentLimits) -> bool:
+    """False only when ``error`` is a limit's refusal and that limit has since been
+    raised (the same bytes might now pass); any other recorded failure would recur."""
+    refused = refused_under(error)
+    if refused is None:
+        return True
+    name, value = refused
+    current = getattr(limits, name, None)
+    return not isinstance(current, int) or current <= value

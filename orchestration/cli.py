@@ -107,7 +107,7 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
     from orchestration.reconcile import diff_folder
-    from orchestration.schedules import plan_refresh, settled_failures, stale_chunk_docs
+    from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
     from resources.documents import source_fingerprint
 
     started = time.monotonic()
@@ -138,7 +138,8 @@ def run(docs: str | None, force: bool, batch_size: int) -> int:
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store, definitions.project.config_hashes)
         selected = set(changes.to_process) | set(
-            plan_refresh(ordered, materialized, graph_order, stale, settled_failures(store, current)))
+            plan_refresh(ordered, materialized, graph_order, stale,
+                         recorded_failures(store, current, folder.document_limits())))
 
     job = reconstructable(definitions.ingest_job)
     tally = RunTally()

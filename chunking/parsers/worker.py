@@ -108,7 +108,7 @@ def parse_in_worker(path: str | Path, doc_id: str, limits: DocumentLimits | None
     if kind == "died" and payload is not None and payload < 0:
         # A C library that cannot allocate under the cap may abort or crash instead
         # of raising MemoryError: say so, without claiming it was certainly memory.
-        raise DocumentError(source, f"the parse worker was killed by signal {-payload}; if this file needs more "
-                                    f"than {limits.parse_memory_mb} MiB, raise {limit_key('parse_memory_mb')} "
-                                    "in chunkyard.toml")
+        raise DocumentError(source, f"the parse worker was killed by signal {-payload}; if it needs more memory than "
+                                    f"the limit of {limits.parse_memory_mb} MiB, raise "
+                                    f"{limit_key('parse_memory_mb')} in chunkyard.toml")
     raise DocumentError(source, f"the parse worker failed: {payload}")

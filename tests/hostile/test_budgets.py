@@ -214,8 +214,8 @@ def crash(path, doc_id, limits):
 
 def test_a_worker_killed_by_a_signal_fails_the_document_alone_and_names_the_memory_key(tmp_path):
     (tmp_path / "a.txt").write_text("hello")
-    with pytest.raises(DocumentError, match=r"a.txt: the parse worker was killed by signal 6; if this file needs "
-                                            r"more than 1024 MiB, raise limits.parse_memory_mb"):
+    with pytest.raises(DocumentError, match=r"a.txt: the parse worker was killed by signal 6; if it needs more "
+                                            r"memory than the limit of 1024 MiB, raise limits.parse_memory_mb"):
         parse_in_worker(tmp_path / "a.txt", "a.txt", parse=crash)
     assert parse_in_worker(tmp_path / "a.txt", "a.txt").text == "hello"  # the next document is unaffected
 
@@ -229,3 +229,15 @@ def test_html_over_the_character_budget_is_refused_while_parsing(monkeypatch):
     with pytest.raises(LimitExceeded, match=r"big.html: extracted text is over the limit of 10000 characters "
                                             r"\(raise limits.max_chars"):
         parse_bytes(page.encode(), "big.html", "b", limits=DocumentLimits(max_chars=10_000))
+
+
+def test_a_stored_refusal_says_which_limit_refused_it_and_whether_raising_it_may_help():
+    from chunking.limits import refused_under, would_refuse_again
+
+    error = str(LimitExceeded("a.txt", "max_chars", "extracted text", None, "5000000 characters"))
+    assert refused_under(error) == ("max_chars", 5_000_000)
+    assert would_refuse_again(error, DocumentLimits())  # same limit: same outcome
+    assert would_refuse_again(error, DocumentLimits(max_chars=10))
+    assert not would_refuse_again(error, DocumentLimits(max_chars=6_000_000))
+    assert refused_under("a.txt: invalid JSON: Expecting value at line 1 column 1") is None
+    assert would_refuse_again("a.txt: invalid JSON", DocumentLimits(max_chars=10 ** 9))

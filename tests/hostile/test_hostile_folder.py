@@ -13,7 +13,7 @@ from dagster import AssetKey, materialize
 
 from orchestration.definitions import build_project
 from orchestration.reconcile import diff_folder
-from orchestration.schedules import plan_refresh, settled_failures
+from orchestration.schedules import RecordedFailures, plan_refresh, recorded_failures
 from resources.documents import clean_partition_key, scan_folder, source_fingerprint
 from resources.store import ChunkStore
 
@@ -118,15 +118,22 @@ def test_a_refused_file_is_recorded_with_its_real_hash_and_an_unchanged_folder_s
     current = {d: source_fingerprint(s) for d, s in sources.items()}
     assert diff_folder(current, store.document_hashes(str(docs_dir.resolve()))).to_process == {}
     materialized = {key: set(instance.get_materialized_partitions(key)) for key in DOC_ASSETS}
-    settled = settled_failures(store, current)
-    assert settled == {"big.json"}
+    failures = recorded_failures(store, current, settings.limits)
+    assert failures == RecordedFailures(settled=frozenset({"big.json"}))
     assert "big.json" in plan_refresh(sorted(current), {k: set() for k in DOC_ASSETS}, DOC_ASSETS, {})
-    assert plan_refresh(sorted(current), materialized, DOC_ASSETS, {}, settled) == {}
-    assert settled_failures(store) == {"big.json"}  # the nightly schedule, which does not read the folder
+    assert plan_refresh(sorted(current), materialized, DOC_ASSETS, {}, failures) == {}
+    assert recorded_failures(store).settled == {"big.json"}  # the nightly schedule, which does not read the folder
 
-    # Changed bytes are a new chance: no longer settled.
+    # Raising the limit that refused it, as its message says, makes it worth a retry.
+    raised = settings.limits.model_copy(update={"max_bytes": 1 << 20})
+    retry = recorded_failures(store, current, raised)
+    assert retry == RecordedFailures(retry=frozenset({"big.json"}))
+    assert plan_refresh(sorted(current), materialized, DOC_ASSETS, {}, retry) == {"big.json": DOC_ASSETS}
+
+    # Changed bytes are a new chance: no longer a recorded failure of these bytes.
     big.write_text('{"k": "short"}', encoding="utf-8")
-    assert settled_failures(store, {"big.json": source_fingerprint(scan_folder(docs_dir)["big.json"])}) == set()
+    changed = {"big.json": source_fingerprint(scan_folder(docs_dir)["big.json"])}
+    assert recorded_failures(store, changed, settings.limits) == RecordedFailures()
 
 
 # -- item 8: a key depends on its own path only -----------------------------------------
