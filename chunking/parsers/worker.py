@@ -19,6 +19,8 @@ Invariants a caller relies on:
 Workers are forked from a ``forkserver`` process that has imported only the
 parsers, so the address-space limit measures the parse, not whatever the caller
 has loaded (torch, Dagster), and each start costs a fork, not an interpreter.
+As with any forkserver/spawn start, a script that calls this at import time must
+guard its top level with ``if __name__ == "__main__":`` (the worker imports it).
 """
 
 from __future__ import annotations
