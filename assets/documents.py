@@ -10,7 +10,9 @@ successful parse are kept, never half-replaced.
 
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from dagster import (
@@ -29,7 +31,7 @@ from chunking.limits import DocumentLimits, LimitExceeded
 from chunking.model import ParsedDocument
 from chunking.parsers import DocumentError
 from chunking.parsers.worker import parse_in_worker
-from resources.documents import DocumentsFolder, SourceFile, source_fingerprint
+from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint
 from resources.store import StoreResource
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,18 @@ def read_source(doc_id: str, sources: dict[str, SourceFile], limits: DocumentLim
     return ReadOutcome(doc_id, sha, source.size_bytes, None)
 
 
-def parse_source(source: SourceFile, limits: DocumentLimits) -> ParsedDocument:
+def parse_source(source: SourceFile, limits: DocumentLimits, root: str) -> ParsedDocument:
     """Parse one listed document in a memory- and time-limited worker process.
-    Raises DocumentError (naming the file and the rule or limit) for anything refused."""
+    Raises DocumentError (naming the file and the rule or limit) for anything refused.
+
+    The real path is resolved again here, just before the worker opens it: a file
+    swapped for a link out of ``root`` since the folder was scanned is refused too."""
     if source.refusal is not None:
         raise DocumentError("", source.refusal)
-    return parse_in_worker(source.readable_path, source.doc_id, limits)
+    real = Path(os.path.realpath(source.readable_path))
+    if not is_inside(Path(root).resolve(), real):
+        raise DocumentError("", f"{source.relative_path}: refused: it now resolves outside the documents folder")
+    return parse_in_worker(real, source.doc_id, limits)
 
 
 def _fail_single(context: AssetExecutionContext, errors: dict[str, str]) -> None:
@@ -150,7 +158,7 @@ def parsed_documents(
             error = f"{doc_id}: the file no longer exists in the documents folder"
         else:
             try:
-                doc = parse_source(source, limits)
+                doc = parse_source(source, limits, documents.root_path)
             except DocumentError as exc:
                 error = str(exc)
             except Exception as exc:  # a parser bug must fail this document only

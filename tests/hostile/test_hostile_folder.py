@@ -176,3 +176,16 @@ def test_a_document_over_the_chunk_budget_fails_its_strategy_naming_the_limit(se
     assert any("alpha.md: chunk count" in m and "over the limit of 1 (raise limits.max_chunks" in m for m in failures)
     assert _rows(settings.db_path, "SELECT count(*) FROM chunks") == [(0,)]
     assert _rows(settings.db_path, "SELECT status FROM documents") == [("parsed",)]  # the parse itself stands
+
+
+def test_a_file_swapped_for_a_link_out_of_the_root_after_the_scan_is_not_parsed(docs_dir, outside):
+    from assets.documents import parse_source
+    from chunking.limits import DocumentLimits
+    from chunking.parsers import DocumentError
+
+    source = scan_folder(docs_dir)["alpha.md"]
+    assert "Alpha" in parse_source(source, DocumentLimits(), str(docs_dir)).text
+    (docs_dir / "alpha.md").unlink()
+    (docs_dir / "alpha.md").symlink_to(outside)  # between the scan and the parse
+    with pytest.raises(DocumentError, match="alpha.md: refused: it now resolves outside the documents folder"):
+        parse_source(source, DocumentLimits(), str(docs_dir))
