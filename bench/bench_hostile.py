@@ -5,7 +5,7 @@ Run: ``.venv/bin/python bench/bench_hostile.py [--dir DIR] [--pipeline]``
 
 Generates (once; reused from ``--dir``, default ``/tmp/chunkyard-hostile-bench``):
 
-* ``page.html``   ~50 MB of HTML (under the 50 MiB size cap; ~40 M characters of text)
+* ``page.html``   ~50 MB of HTML (under the 50 MiB size cap; ~49 M characters of text)
 * ``bloat.docx``  a DOCX whose word/document.xml is ~180 MB of XML at ~7:1
 * ``dump.json``   ~200 MB of JSON (over the size cap)
 
