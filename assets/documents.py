@@ -12,7 +12,9 @@ successful parse are kept, never half-replaced.
 
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from dagster import (
@@ -26,8 +28,11 @@ from dagster import (
 
 from assets.checks import CheckDef, CheckOutcome, check_specs, emit_partition_results, record_failed_partition
 from assets.partitions import DOCUMENT_ASSET_ARGS
-from chunking.parsers import DocumentError, parse_document
-from resources.documents import DocumentsFolder, SourceFile, sha256_file
+from chunking.limits import DocumentLimits, LimitExceeded
+from chunking.model import ParsedDocument
+from chunking.parsers import DocumentError
+from chunking.parsers.worker import parse_in_worker
+from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint
 from resources.store import StoreResource
 
 log = logging.getLogger(__name__)
@@ -40,28 +45,46 @@ PARSED_CHECKS = (CheckDef("parsed", "The document parsed into pages and blocks (
 
 @dataclass(frozen=True)
 class ReadOutcome:
+    """What reading one document found. ``sha256`` is set whenever the file exists,
+    refused or not, so a refusal is recorded for the bytes it refused (an unchanged
+    refused file is then not re-run); ``error`` is why it is refused, if it is."""
+
     doc_id: str
     sha256: str | None
     size_bytes: int
     error: str | None
 
 
-def read_source(doc_id: str, sources: dict[str, SourceFile], max_bytes: int) -> ReadOutcome:
-    """Hash one document's bytes, or say precisely why it cannot be read."""
+def read_source(doc_id: str, sources: dict[str, SourceFile], limits: DocumentLimits) -> ReadOutcome:
+    """Hash one document's bytes (streamed, whatever their size), then say whether
+    and why it is refused: a link out of the folder, or over ``limits.max_bytes``."""
     source = sources.get(doc_id)
     if source is None:
         return ReadOutcome(doc_id, None, 0, f"{doc_id}: the file no longer exists in the documents folder")
-    if source.size_bytes > max_bytes:
-        return ReadOutcome(
-            doc_id, None, source.size_bytes,
-            f"{source.relative_path}: {source.size_bytes} bytes is over the {max_bytes}-byte limit "
-            "(DocumentsFolder.max_bytes)",
-        )
     try:
-        sha = sha256_file(source.path)
+        sha = source_fingerprint(source)
     except OSError as exc:
         return ReadOutcome(doc_id, None, source.size_bytes, f"{source.relative_path}: cannot be read: {exc.strerror or exc}")
+    if source.refusal is not None:
+        return ReadOutcome(doc_id, sha, source.size_bytes, source.refusal)
+    if source.size_bytes > limits.max_bytes:
+        return ReadOutcome(doc_id, sha, source.size_bytes, str(LimitExceeded(
+            source.relative_path, "max_bytes", "file size", f"{source.size_bytes} bytes", f"{limits.max_bytes} bytes")))
     return ReadOutcome(doc_id, sha, source.size_bytes, None)
+
+
+def parse_source(source: SourceFile, limits: DocumentLimits, root: str) -> ParsedDocument:
+    """Parse one listed document in a memory- and time-limited worker process.
+    Raises DocumentError (naming the file and the rule or limit) for anything refused.
+
+    The real path is resolved again here, just before the worker opens it: a file
+    swapped for a link out of ``root`` since the folder was scanned is refused too."""
+    if source.refusal is not None:
+        raise DocumentError("", source.refusal)
+    real = Path(os.path.realpath(source.readable_path))
+    if not is_inside(Path(root).resolve(), real):
+        raise DocumentError("", f"{source.relative_path}: refused: it now resolves outside the documents folder")
+    return parse_in_worker(real, source.doc_id, limits)
 
 
 def _fail_single(
@@ -91,11 +114,16 @@ def raw_documents(
     errors: dict[str, str] = {}
     hashes: dict[str, str] = {}
     metadata: dict[str, dict] = {}
+    limits = documents.document_limits()
     for doc_id in context.partition_keys:
-        read = read_source(doc_id, sources, documents.max_bytes)
+        read = read_source(doc_id, sources, limits)
         if read.error:
             errors[doc_id] = read.error
             context.log.error(read.error)
+            if read.sha256 is not None:
+                # Recorded with its real hash and size: the same bytes are not re-run.
+                chunk_store.record_error(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
+                                         read.size_bytes, read.error)
             outcomes[doc_id] = [CheckOutcome("readable", False, description=read.error)]
             metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes}
             continue
@@ -127,6 +155,7 @@ def parsed_documents(
     sources = documents.scan()
     chunk_store = store.store()
     sidecar_dir = store.sidecar_path()
+    limits = documents.document_limits()
     outcomes: dict[str, list[CheckOutcome]] = {}
     errors: dict[str, str] = {}
     metadata: dict[str, dict] = {}
@@ -137,7 +166,7 @@ def parsed_documents(
             error = f"{doc_id}: the file no longer exists in the documents folder"
         else:
             try:
-                doc = parse_document(source.path, doc_id, max_bytes=documents.max_bytes)
+                doc = parse_source(source, limits, documents.root_path)
             except DocumentError as exc:
                 error = str(exc)
             except Exception as exc:  # a parser bug must fail this document only
@@ -147,8 +176,8 @@ def parsed_documents(
             errors[doc_id] = error
             context.log.error(error)
             if source is not None:
-                # raw_documents hashed these bytes already: keep its sha, do not read them again.
-                read_sha = (chunk_store.document(doc_id) or {}).get("sha256", "")
+                # raw_documents hashed these bytes already: keep its sha; hash only if it did not.
+                read_sha = (chunk_store.document(doc_id) or {}).get("sha256") or _fingerprint_or_empty(source)
                 chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha, source.size_bytes, error)
             outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
             metadata[doc_id] = {"error": error}
@@ -156,11 +185,19 @@ def parsed_documents(
         chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
         _export_sidecars(doc, sidecar_dir, context)
         shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
-                 "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text)}
+                 "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text),
+                 **({"sidecar_ignored": doc.metadata["sidecar_ignored"]} if doc.metadata.get("sidecar_ignored") else {})}
         outcomes[doc_id] = [CheckOutcome("parsed", True, metadata=shape)]
         metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages)}
     _fail_single(context, PARSED, errors, outcomes)
     yield from emit_partition_results(context, PARSED, PARSED_CHECKS, outcomes, metadata)
+
+
+def _fingerprint_or_empty(source: SourceFile) -> str:
+    try:
+        return source_fingerprint(source)
+    except OSError:
+        return ""
 
 
 def _export_sidecars(doc, directory, context: AssetExecutionContext) -> None:

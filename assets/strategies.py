@@ -35,8 +35,10 @@ from assets.checks import (
 )
 from assets.documents import parsed_documents
 from assets.partitions import DOCUMENT_ASSET_ARGS
+from chunking.limits import check_chunk_count
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
+from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
@@ -103,6 +105,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         tokenizer: TokenizerResource,
         embedding: EmbeddingModelResource,
         store: StoreResource,
+        documents: DocumentsFolder,
     ) -> Iterator[object]:
         chunk_store = store.store()
         tok = tokenizer.get_tokenizer()
@@ -121,6 +124,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
                 continue
             try:
                 chunks = spec.chunk(doc, config, tok, embedder)
+                check_chunk_count(len(chunks), documents.document_limits().max_chunks, doc.source_name or doc_id)
             except Exception as exc:  # one document's failure must not stop the batch
                 log.exception("strategy %s failed on %s", strategy_name, doc_id)
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"

@@ -10,7 +10,9 @@ See ``notes/compatibility.md`` §3. Invariants a caller relies on:
   means no tables (``{}``).
 * :func:`document_from_sidecar` (used by :func:`chunking.parsers.parse_document`
   when a sidecar sits beside a document) is strict instead: a sidecar that does not
-  describe the document raises :class:`~chunking.parsers.DocumentError`.
+  describe the document raises :class:`~chunking.parsers.DocumentError`. It is used
+  only when its meta line's ``document_hash`` is the document's sha256 (or the user
+  opted in to unhashed sidecars), and only within the document's size caps.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 
 from chunking.model import Block, ParsedDocument
 
-__all__ = ["blocks_jsonl_lines", "document_from_sidecar", "read_blocks_jsonl", "read_tables_json",
-           "sidecar_basename", "sidecar_paths", "tables_json", "write_sidecars"]
+__all__ = ["blocks_jsonl_lines", "declared_document_hash", "document_from_sidecar", "read_blocks_jsonl",
+           "read_tables_json", "sidecar_basename", "sidecar_paths", "tables_json", "write_sidecars"]
 
 FORMAT_VERSION = "1.0"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -193,10 +195,32 @@ def header_format(header: str) -> str | None:
 
 # -- a sidecar beside a document --------------------------------------------------
 
+_META_LINE_CAP = 64 * 1024
+
+
+def declared_document_hash(blocks_path: Path) -> str | None:
+    """The lower-case sha256 hex a sidecar's meta line declares for its document, or
+    None when it declares none (or no meta line). Reads the first line only, at most
+    64 KiB of it: a huge or hostile sidecar is not read to answer this."""
+    with open(blocks_path, encoding="utf-8-sig", errors="replace") as handle:
+        line = handle.readline(_META_LINE_CAP)
+    try:
+        meta = json.loads(line)
+    except ValueError:
+        return None
+    declared = meta.get("document_hash") if isinstance(meta, dict) and meta.get("type") == "meta" else None
+    if not isinstance(declared, str) or not declared.lower().startswith("sha256:"):
+        return None
+    return declared[len("sha256:"):].strip().lower()
+
 
 def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Path, tables_path: Path,
                           *, fmt: str) -> ParsedDocument:
-    """The document described by a sidecar beside it, validated against its bytes.
+    """The document described by a sidecar beside it, validated for shape.
+
+    Whether the sidecar may describe these bytes at all (its ``document_hash``) and
+    its size are the caller's checks, made before it is read whole
+    (:func:`chunking.parsers.parse_document`, :func:`declared_document_hash`).
 
     ``doc.text`` is the block contents joined by a blank line (the layout of every
     structured format), block ids and positions are the sidecar's, pages come from
@@ -215,9 +239,6 @@ def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Pa
     version = str(meta.get("version", FORMAT_VERSION))
     if meta and (meta.get("format", "lightrag") != "lightrag" or not version.startswith("1.")):
         raise DocumentError(where, f"unsupported sidecar format {meta.get('format')!r} version {version!r}")
-    declared = str(meta.get("document_hash", ""))
-    if declared.startswith("sha256:") and declared[len("sha256:"):].lower() != sha256:
-        raise DocumentError(where, "sidecar is stale: its document_hash does not match the document's bytes")
     contents = [o for o in objects if o.get("type") == "content"]
     for n, obj in enumerate(contents):
         level = obj.get("level", 0)

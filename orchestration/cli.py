@@ -106,8 +106,8 @@ def ingest(args: argparse.Namespace) -> int:
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
-    from orchestration.schedules import plan_refresh, stale_chunk_docs
-    from resources.documents import sha256_file
+    from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
+    from resources.documents import source_fingerprint
 
     started = time.monotonic()
     batch_size = max(1, args.batch)
@@ -119,7 +119,7 @@ def ingest(args: argparse.Namespace) -> int:
     instance = DagsterInstance.get()
 
     sources = folder.scan()
-    current = {doc_id: sha256_file(source.path) for doc_id, source in sources.items()}
+    current = {doc_id: source_fingerprint(source) for doc_id, source in sources.items()}
     changes = diff_folder(current, store.document_hashes(folder.root_path))
 
     existing = set(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
@@ -138,10 +138,11 @@ def ingest(args: argparse.Namespace) -> int:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store, definitions.project.config_hashes)
-        selected = set(changes.to_process) | set(plan_refresh(ordered, materialized, graph_order, stale))
-        # A document that failed and has not changed since would only fail again: an unchanged
-        # folder is a no-op (exit 0). --force retries them (e.g. after raising a limit).
-        selected -= failed_and_unchanged(store, changes.unchanged)
+        # A document whose recorded failure is for these very bytes would only fail again: an
+        # unchanged folder is a no-op (exit 0); a raised limit or --force retries it.
+        selected = set(changes.to_process) | set(
+            plan_refresh(ordered, materialized, graph_order, stale,
+                         recorded_failures(store, current, folder.document_limits())))
 
     job = reconstructable(definitions.ingest_job)
     tally = RunTally()
@@ -193,11 +194,6 @@ def batch_failed(success: bool, batch: list[str], failed_documents: set[str]) ->
     or a blocking check.
     """
     return not success and not (len(batch) == 1 and batch[0] in failed_documents)
-
-
-def failed_and_unchanged(store, unchanged: list[str]) -> set[str]:
-    """Documents stored as failed whose bytes are the ones that failed (same sha256)."""
-    return {doc_id for doc_id in unchanged if (store.document(doc_id) or {}).get("status") == "error"}
 
 
 def documents_failed_in_run(store, processed: set[str], tally: RunTally) -> list[DocumentFailure]:

@@ -3,10 +3,13 @@
 Missing comes from the instance (partitions of an asset never materialized);
 stale from the store (chunks made from an older version of the document, or
 with another config than the strategy's current one). One run per document
-that needs anything, for exactly the assets it needs.
+that needs anything, for exactly the assets it needs. A document whose recorded
+failure is for its current bytes is not re-run: it would fail the same way
+(unless the limit that refused it has been raised since: the CLI retries those).
 """
 
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from dagster import (
@@ -21,9 +24,18 @@ from dagster import (
 from dagster._check import CheckError
 
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME
+from chunking.limits import DocumentLimits, would_refuse_again
 from resources.store import ChunkStore, StoreResource
 
 NIGHTLY_CRON = "0 2 * * *"
+
+
+@dataclass(frozen=True)
+class RecordedFailures:
+    """Documents whose failure is recorded for the bytes they still have."""
+
+    settled: frozenset[str] = frozenset()  # would fail the same way: never re-run unless forced
+    retry: frozenset[str] = frozenset()  # refused under a limit the user has since raised: re-run whole
 
 
 def plan_refresh(
@@ -31,24 +43,47 @@ def plan_refresh(
     materialized: dict[AssetKey, set[str]],
     graph_order: list[AssetKey],
     stale_chunks: dict[str, set[str]],
+    failures: RecordedFailures = RecordedFailures(),
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
     ``stale_chunks`` maps strategy -> doc_ids whose chunks are out of date; their
     ``chunks_<s>`` and ``embeddings_<s>`` assets are refreshed. A missing asset
     brings everything downstream of it along, since those read what it writes.
+    ``failures.settled`` documents are never planned (re-running them would fail
+    the same way); ``failures.retry`` documents get the whole graph.
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
+        if doc_id in failures.settled:
+            continue
         needed: set[AssetKey] = {k for k in graph_order if doc_id not in materialized.get(k, set())}
         for strategy, docs in stale_chunks.items():
             if doc_id in docs:
                 needed |= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
-        if AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
+        if doc_id in failures.retry or AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
             needed = set(graph_order)
         if needed:
             plan[doc_id] = [k for k in graph_order if k in needed]
     return plan
+
+
+def recorded_failures(store: ChunkStore, current: dict[str, str] | None = None,
+                      limits: DocumentLimits | None = None) -> RecordedFailures:
+    """The documents with status 'error' and a recorded sha256 equal to
+    ``current[doc_id]`` (the folder's fingerprints): settled, or to retry when
+    ``limits`` has since raised the limit that refused them. Without ``current``
+    (the nightly schedule, which does not read the folder; the sensor requests
+    changed files) every failure recorded with a real hash counts; without
+    ``limits`` every one is settled."""
+    with store.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT doc_id, sha256, error FROM documents WHERE status = 'error' AND coalesce(sha256, '') <> ''"
+        ).fetchall()
+    same_bytes = {doc_id: error for doc_id, sha, error in rows if current is None or current.get(doc_id) == sha}
+    retry = {doc_id for doc_id, error in same_bytes.items()
+             if limits is not None and not would_refuse_again(error, limits)}
+    return RecordedFailures(settled=frozenset(set(same_bytes) - retry), retry=frozenset(retry))
 
 
 def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str]) -> dict[str, set[str]]:
@@ -86,8 +121,9 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store.store(), config_hashes)
+        failures = recorded_failures(store.store())
         stamp = _tick_time(context).strftime("%Y%m%d")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale).items():
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

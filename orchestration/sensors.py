@@ -30,7 +30,7 @@ from dagster import (
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
 from orchestration.runlock import lock_holder
-from resources.documents import DocumentsFolder, sha256_file
+from resources.documents import DocumentsFolder, source_fingerprint, source_stat
 from resources.store import StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
@@ -76,12 +76,12 @@ def documents_sensor(
 
     state: dict[str, list] = {}
     for doc_id, source in documents.scan().items():
-        stat = source.path.stat()
+        stat = source_stat(source)
         prev = previous.get(doc_id)
         if prev and prev[1] == stat.st_size and prev[2] == stat.st_mtime_ns:
             sha = prev[0]
         else:
-            sha = sha256_file(source.path)
+            sha = source_fingerprint(source)
         state[doc_id] = [sha, stat.st_size, stat.st_mtime_ns]
 
     changes = diff_folder({d: e[0] for d, e in state.items()}, known_sha)

@@ -9,6 +9,8 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     db_path = "data/chunkyard.duckdb"
     [strategies.recursive]
     chunk_token_size = 800
+    [limits]                 # the per-document budget (chunking.limits.DocumentLimits)
+    max_chars = 5000000
 
 Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB.
 """
@@ -23,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chunking.embedding import DEFAULT_MODEL
+from chunking.limits import DocumentLimits
 
 
 class Settings(BaseModel):
@@ -41,6 +44,8 @@ class Settings(BaseModel):
     # None: every registered strategy.
     enabled_strategies: list[str] | None = None
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Every document's budget; a document over any limit fails alone, naming the key.
+    limits: DocumentLimits = Field(default_factory=DocumentLimits)
 
 
 def load_settings(path: str | Path | None = None) -> Settings:

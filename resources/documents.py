@@ -1,15 +1,24 @@
-"""The documents folder: which files exist, and their partition keys.
+"""The documents folder: which files exist, their partition keys, and which of
+them may be read at all.
 
-A partition key is the file's path relative to the folder, cleaned of the
-characters that break Dagster's partition selection (``|``, ``,``, ``[``, ``]``,
-control characters). Cleaning can make two paths collide; the later one (in
-sorted order) then gets a short hash of its real path appended, so every file
-keeps its own partition and the mapping is a pure function of the folder listing.
+A partition key is the file's path relative to the folder. A path holding a
+character that breaks Dagster's partition selection (``|``, ``,``, ``[``, ``]``,
+control characters, surrounding blanks) is cleaned and gets ``~`` plus a short
+hash of its original relative path appended, so a key depends on the file's own
+path only, never on which other files exist (``x,y.txt`` is always
+``x_y.txt~<hash>``, a real ``x_y.txt`` always ``x_y.txt``). A cleaned key cannot
+collide with an ordinary one: an ordinary key ends in a document extension.
+
+Nothing outside the folder is ever read: every file's real path is resolved, and
+a symbolic link that leads outside the folder, or nowhere, is still listed (so
+its document fails alone, with a message naming the rule) but carries a
+``refusal`` and is never opened. Symbolic links to directories are not followed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,23 +26,41 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from chunking.limits import DocumentLimits
 from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path
 
 _UNSAFE = re.compile(r"[|,\[\]\x00-\x1f\x7f]")
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 
 def clean_partition_key(relative_path: str) -> str:
-    key = _UNSAFE.sub("_", relative_path.replace("\\", "/"))
-    return key.strip() or "_"
+    """The partition key of one relative path: itself when it is safe, else the
+    cleaned path plus ``~`` and 8 hex digits of sha1(original path)."""
+    normalized = relative_path.replace("\\", "/")
+    key = _UNSAFE.sub("_", normalized).strip() or "_"
+    if key == relative_path:
+        return key
+    return f"{key}~{hashlib.sha1(relative_path.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)
 class SourceFile:
+    """One document in the folder. ``path`` is where it is listed (maybe a link),
+    ``real_path`` the file actually read. ``refusal`` is set, and the file never
+    opened, when reading it would leave the folder or it does not exist."""
+
     doc_id: str
     path: Path
     relative_path: str
     size_bytes: int
+    real_path: Path | None = None
+    refusal: str | None = None
+
+    @property
+    def readable_path(self) -> Path:
+        """The real path to open. Only call when ``refusal`` is None."""
+        if self.refusal is not None:
+            raise PermissionError(self.refusal)
+        return self.real_path or self.path
 
 
 def is_document(path: Path) -> bool:
@@ -43,27 +70,59 @@ def is_document(path: Path) -> bool:
     return path.suffix.lower() in SUPPORTED_EXTENSIONS
 
 
+def is_inside(root: Path, real_path: Path) -> bool:
+    """True when ``real_path`` (resolved) is ``root`` (resolved) or below it."""
+    return real_path == root or root in real_path.parents
+
+
+def _listed_files(root: Path) -> list[Path]:
+    """Every non-hidden entry under ``root`` that is a file or a link to one (or a
+    dangling link), without following links to directories."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
+        found.extend(Path(folder) / name for name in files)
+    return sorted(found)
+
+
+def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
+    rel = path.relative_to(root).as_posix()
+    key = clean_partition_key(rel)
+    if not path.is_symlink():
+        return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=path.stat().st_size, real_path=path)
+    link_size = path.lstat().st_size
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling, or a loop of links
+        return SourceFile(key, path, rel, link_size, refusal=(
+            f"{rel}: refused: a dangling symbolic link (its target {os.readlink(path)!r} does not exist)"))
+    if not is_inside(real_root, real):
+        return SourceFile(key, path, rel, link_size, refusal=(
+            f"{rel}: refused: a symbolic link to a file outside the documents folder; "
+            f"only files inside {real_root} are read"))
+    if not real.is_file():
+        return SourceFile(key, path, rel, link_size, refusal=f"{rel}: refused: a symbolic link to a non-file")
+    return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=real.stat().st_size, real_path=real)
+
+
 def scan_folder(root: Path) -> dict[str, SourceFile]:
-    """doc_id -> SourceFile for every document under ``root`` (recursively)."""
+    """doc_id -> SourceFile for every document under ``root`` (recursively),
+    refused links included (with their ``refusal``)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"documents folder {root} does not exist or is not a directory")
-    files = sorted(
-        p for p in root.rglob("*") if p.is_file() and is_document(p) and not any(
-            part.startswith(".") for part in p.relative_to(root).parts[:-1]
-        )
-    )
+    real_root = root.resolve()
     out: dict[str, SourceFile] = {}
-    for path in files:
-        rel = path.relative_to(root).as_posix()
-        key = clean_partition_key(rel)
-        if key in out:
-            key = f"{key}~{hashlib.sha1(rel.encode('utf-8')).hexdigest()[:8]}"
-        out[key] = SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=path.stat().st_size)
+    for path in _listed_files(root):
+        if not is_document(path):
+            continue
+        source = _source(root, real_root, path)
+        out[source.doc_id] = source
     return out
 
 
 def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes, streamed (the file may be far over any size limit)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -71,16 +130,35 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def source_fingerprint(source: SourceFile) -> str:
+    """What identifies a document's current content: sha256 of its real bytes, or
+    for a refused link a digest of the refusal (it changes when the link does) so
+    an unchanged refused link is not re-run. Never opens a refused file."""
+    if source.refusal is not None:
+        return "refused:" + hashlib.sha256(source.refusal.encode("utf-8", "surrogateescape")).hexdigest()
+    return sha256_file(source.readable_path)
+
+
+def source_stat(source: SourceFile) -> os.stat_result:
+    """stat of what would be read; of the link itself for a refused one."""
+    return source.path.lstat() if source.refusal is not None else source.readable_path.stat()
+
+
 class DocumentsFolder(ConfigurableResource):
-    """The folder of source documents the sensor watches and the assets read."""
+    """The folder of source documents the sensor watches and the assets read,
+    with the per-document budget (``[limits]`` of chunkyard.toml)."""
 
     root: str = Field(default="examples/docs", description="Folder scanned recursively.")
-    max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="Larger files fail their partition.")
+    limits: dict[str, int] = Field(
+        default_factory=dict, description="Overrides of chunking.limits.DocumentLimits (integers; 0/1 for flags).")
 
     @property
     def root_path(self) -> str:
         """The folder as an absolute path: how stored documents remember where they came from."""
         return str(Path(self.root).resolve())
+
+    def document_limits(self) -> DocumentLimits:
+        return DocumentLimits.model_validate(self.limits)
 
     def scan(self) -> dict[str, SourceFile]:
         return scan_folder(Path(self.root))

@@ -18,7 +18,16 @@ Invariants a caller relies on (see :mod:`chunking.model`):
   the cause; no other exception type escapes for bad input.
 * A ``<base>.blocks.jsonl`` (and optional ``<base>.tables.json``) beside the file,
   written by LightRAG, mineru, docling or chunkyard, is used instead of our own
-  parse after validation (:func:`chunking.sidecar.document_from_sidecar`).
+  parse after validation (:func:`chunking.sidecar.document_from_sidecar`), only when
+  its meta ``document_hash`` is the sha256 of the file's bytes (or
+  ``limits.trust_unhashed_sidecars`` and it declares none), never through a symbolic
+  link, and within the same size cap. An ignored sidecar is named in
+  ``doc.metadata["sidecar_ignored"]`` with the reason.
+* Every result is within its :class:`~chunking.limits.DocumentLimits` (bytes,
+  characters, blocks, inflated zip entries), else a
+  :class:`~chunking.limits.LimitExceeded` names the limit and its chunkyard.toml key.
+  Memory and time are bounded by parsing in a worker process
+  (:func:`chunking.parsers.worker.parse_in_worker`).
 
 One module per format, each with its own docstring: :mod:`.text` (``.txt``,
 ``.md``: the text is the decoded file), :mod:`.html`, :mod:`.docx`, :mod:`.pdf`
@@ -37,13 +46,14 @@ from typing import Callable
 from chunking.model import ParsedDocument
 from chunking.parsers.build import document_problems
 from chunking.parsers.errors import DocumentError
+from chunking.limits import DocumentLimits, LimitExceeded, check_parsed_budget, limit_key
 
 __all__ = ["DEFAULT_MAX_BYTES", "DocumentError", "SUPPORTED_EXTENSIONS", "document_problems", "is_sidecar_path",
            "parse_bytes", "parse_document"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_MAX_BYTES = DocumentLimits().max_bytes
 
 _FORMATS: dict[str, str] = {
     ".txt": "txt", ".text": "txt",
@@ -62,8 +72,15 @@ def is_sidecar_path(path: str | Path) -> bool:
     return str(path).lower().endswith(_SIDECAR_SUFFIXES)
 
 
-def parse_document(path: str | Path, doc_id: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedDocument:
-    """Read and parse one file; a sidecar beside it wins over our own parse."""
+def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = None,
+                   limits: DocumentLimits | None = None) -> ParsedDocument:
+    """Read and parse one file within ``limits`` (``max_bytes`` overrides its size cap).
+
+    A verified sidecar beside the file wins over our own parse (:func:`_sidecar_refusal`);
+    the result has at most ``limits.max_chars`` characters and ``limits.max_blocks``
+    blocks, else :class:`~chunking.limits.LimitExceeded` names the limit.
+    """
+    limits = _effective_limits(limits, max_bytes)
     path = Path(path)
     source = path.name
     if is_sidecar_path(path):
@@ -72,40 +89,101 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int = DEFAULT_MA
     if path.suffix.lower() not in _FORMATS:
         raise DocumentError(source, f"unsupported file type {path.suffix or '(no extension)'!r}; "
                                     f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
+    data = _read_capped(path, source, limits.max_bytes, "file")
+    note = None
+    blocks_path = path.with_name(path.stem + ".blocks.jsonl")
+    if blocks_path.exists() or blocks_path.is_symlink():
+        sha256 = hashlib.sha256(data).hexdigest()
+        note = _sidecar_refusal(blocks_path, source, sha256, limits)
+        if note is None:
+            from chunking.sidecar import document_from_sidecar
+
+            tables_path = path.with_name(path.stem + ".tables.json")
+            if tables_path.is_symlink():
+                raise DocumentError(source, f"{tables_path.name} is a symbolic link; sidecars are not followed")
+            if tables_path.is_file():
+                _check_size(tables_path, source, limits.max_bytes, f"sidecar {tables_path.name}")
+            doc = document_from_sidecar(data, source, doc_id, blocks_path, tables_path,
+                                        fmt=_FORMATS[path.suffix.lower()])
+            check_parsed_budget(doc, limits, source)
+            return doc
+        log.warning("%s: sidecar %s ignored: %s", source, blocks_path.name, note)
+    doc = parse_bytes(data, source, doc_id, limits=limits)
+    if note is not None:
+        doc.metadata["sidecar_ignored"] = f"{blocks_path.name}: {note}"
+    return doc
+
+
+def _effective_limits(limits: DocumentLimits | None, max_bytes: int | None) -> DocumentLimits:
+    limits = limits or DocumentLimits()
+    return limits if max_bytes is None else limits.model_copy(update={"max_bytes": max_bytes})
+
+
+def _check_size(path: Path, source: str, max_bytes: int, what: str) -> int:
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise LimitExceeded(source, "max_bytes", f"{what} size", f"{size} bytes", f"{max_bytes} bytes")
+    return size
+
+
+def _read_capped(path: Path, source: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of a regular file no larger than ``max_bytes``; refused before reading."""
     try:
         if not path.is_file():
             raise DocumentError(source, "not a regular file" if path.exists() else "no such file")
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise DocumentError(source, f"file is {size} bytes, over the {max_bytes}-byte size limit")
+        _check_size(path, source, max_bytes, what)
         with open(path, "rb") as handle:
             data = handle.read(max_bytes + 1)  # the file may have grown since stat
     except OSError as exc:
-        raise DocumentError(source, f"cannot read file: {exc.strerror or exc}") from None
-    blocks_path = path.with_name(path.stem + ".blocks.jsonl")
-    if blocks_path.is_file():
-        from chunking.sidecar import document_from_sidecar
-
-        tables_path = path.with_name(path.stem + ".tables.json")
-        return document_from_sidecar(data, source, doc_id, blocks_path, tables_path,
-                                     fmt=_FORMATS[path.suffix.lower()])
-    return parse_bytes(data, source, doc_id, max_bytes=max_bytes)
+        raise DocumentError(source, f"cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise LimitExceeded(source, "max_bytes", f"{what} size", f"over {max_bytes} bytes", f"{max_bytes} bytes")
+    return data
 
 
-def parse_bytes(data: bytes, filename: str, doc_id: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedDocument:
-    """Parse the bytes of a file named ``filename`` (its extension picks the format)."""
+def _sidecar_refusal(blocks_path: Path, source: str, sha256: str, limits: DocumentLimits) -> str | None:
+    """None when the sidecar beside a document may replace our parse of it; else why
+    it is ignored. A sidecar that declares another document's hash is stale: an error.
+
+    Trust needs the sidecar's ``document_hash`` to equal the document's sha256 (or
+    ``limits.trust_unhashed_sidecars`` for one that declares none); a sidecar is never
+    followed through a symbolic link, and is size-capped like a document."""
+    from chunking.sidecar import declared_document_hash
+
+    if blocks_path.is_symlink():
+        return "it is a symbolic link (sidecars are not followed)"
+    if not blocks_path.is_file():
+        return "it is not a regular file"
+    _check_size(blocks_path, source, limits.max_bytes, f"sidecar {blocks_path.name}")
+    declared = declared_document_hash(blocks_path)
+    if declared is None:
+        if limits.trust_unhashed_sidecars:
+            return None
+        return (f"it declares no document_hash, so it cannot be shown to describe these bytes "
+                f"(set {limit_key('trust_unhashed_sidecars')} = true in chunkyard.toml to use such sidecars)")
+    if declared != sha256:
+        raise DocumentError(f"{source} (sidecar {blocks_path.name})",
+                            "sidecar is stale: its document_hash does not match the document's bytes")
+    return None
+
+
+def parse_bytes(data: bytes, filename: str, doc_id: str, *, max_bytes: int | None = None,
+                limits: DocumentLimits | None = None) -> ParsedDocument:
+    """Parse the bytes of a file named ``filename`` (its extension picks the format),
+    within ``limits`` (see :func:`parse_document`)."""
+    limits = _effective_limits(limits, max_bytes)
     source = Path(filename).name or filename
     fmt = _FORMATS.get(Path(filename).suffix.lower())
     if fmt is None:
         raise DocumentError(source, f"unsupported file type {Path(filename).suffix or '(no extension)'!r}")
-    if len(data) > max_bytes:
-        raise DocumentError(source, f"file is {len(data)} bytes, over the {max_bytes}-byte size limit")
+    if len(data) > limits.max_bytes:
+        raise LimitExceeded(source, "max_bytes", "file size", f"{len(data)} bytes", f"{limits.max_bytes} bytes")
     if not data:
         raise DocumentError(source, "file is empty")
     sha256 = hashlib.sha256(data).hexdigest()
     parser = _parser(fmt)
     try:
-        doc = parser(data, source, doc_id, sha256, max_bytes)
+        doc = parser(data, source, doc_id, sha256, limits)
     except DocumentError:
         raise
     except (RecursionError, MemoryError) as exc:
@@ -115,10 +193,11 @@ def parse_bytes(data: bytes, filename: str, doc_id: str, *, max_bytes: int = DEF
         raise DocumentError(source, f"unparseable {fmt}: {type(exc).__name__}: {exc}") from None
     if not doc.text.strip():
         raise DocumentError(source, f"no extractable text in this {fmt} file")
+    check_parsed_budget(doc, limits, source)
     return doc
 
 
-def _parser(fmt: str) -> Callable[[bytes, str, str, str, int], ParsedDocument]:
+def _parser(fmt: str) -> Callable[[bytes, str, str, str, DocumentLimits], ParsedDocument]:
     if fmt in ("txt", "md"):
         from chunking.parsers.text import parse_text
 
@@ -130,11 +209,11 @@ def _parser(fmt: str) -> Callable[[bytes, str, str, str, int], ParsedDocument]:
     if fmt == "html":
         from chunking.parsers.html import parse_html
 
-        return lambda d, s, i, h, _m: parse_html(d, s, i, h)
+        return lambda d, s, i, h, lim: parse_html(d, s, i, h, max_chars=lim.max_chars)
     if fmt == "docx":
         from chunking.parsers.docx import parse_docx
 
-        return parse_docx
+        return lambda d, s, i, h, lim: parse_docx(d, s, i, h, max_part_bytes=lim.max_inflated_bytes)
     from chunking.parsers.pdf import parse_pdf
 
     return lambda d, s, i, h, _m: parse_pdf(d, s, i, h)

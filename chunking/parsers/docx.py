@@ -3,8 +3,10 @@ explicit page breaks.
 
 Read with the standard library's :mod:`zipfile` and lxml on the XML parts, with
 entity expansion, DTD loading and network access off (a "billion laughs" part stays
-unexpanded). Every part is read through a size cap, so a zip bomb is refused
-before it is inflated.
+unexpanded). Every part is inflated as a stream into an incremental XML parser and
+counted as it goes: no part is ever inflated past ``max_part_bytes`` (the
+``limits.max_inflated_bytes`` budget), whatever its zip header claims, and the raw
+XML of a part is never held whole in memory.
 
 The invariant a caller relies on: ``doc.text`` is the block contents joined by a
 blank line (:func:`chunking.parsers.build.assemble_structured`); page ``k`` starts
@@ -43,6 +45,7 @@ from lxml import etree
 
 from chunking.model import ParsedDocument
 from chunking.parsers.build import Outline, assemble_structured, one_line, table_id_prefix
+from chunking.limits import LimitExceeded
 from chunking.parsers.errors import DocumentError
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -54,11 +57,12 @@ _M = "{http://schemas.openxmlformats.org/officeDocument/2006/math}"
 _OFFICE_DOC = "officeDocument"
 _RELATED = ("styles", "numbering")
 
-# A DOCX part inflating beyond this, or beyond this ratio, is a zip bomb (real
-# document.xml parts compress about 5-20:1).
-MAX_PART_BYTES = 256 * 1024 * 1024
+# A DOCX part inflating beyond this ratio is a zip bomb (real document.xml parts
+# compress about 5-20:1); beyond max_part_bytes it is over the document's budget.
+MAX_PART_BYTES = 64 * 1024 * 1024
 MAX_COMPRESSION_RATIO = 200
 _RATIO_CHECK_FLOOR = 1024 * 1024
+_INFLATE_STEP = 1024 * 1024
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 
 
@@ -67,8 +71,9 @@ def _xml_parser() -> etree.XMLParser:
                            huge_tree=False, remove_comments=True, remove_pis=True)
 
 
-def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, max_bytes: int = MAX_PART_BYTES) -> ParsedDocument:
-    part_limit = min(MAX_PART_BYTES, max(4 * max_bytes, 16 * 1024 * 1024))
+def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, *,
+               max_part_bytes: int = MAX_PART_BYTES) -> ParsedDocument:
+    part_limit = max_part_bytes
     container = _open_container(data, source)
     with container:
         document_name, related = _main_parts(container, source, part_limit)
@@ -132,20 +137,29 @@ def _main_parts(container: zipfile.ZipFile, source: str, limit: int) -> tuple[st
 
 
 def _xml(container: zipfile.ZipFile, name: str, source: str, limit: int) -> Any:
+    """The parsed XML of one zip entry, inflated in steps and never past ``limit`` bytes."""
     info = container.getinfo(name)
     ratio = info.file_size / max(info.compress_size, 1)
-    if info.file_size > limit or (info.file_size > _RATIO_CHECK_FLOOR and ratio > MAX_COMPRESSION_RATIO):
+    if info.file_size > limit:
+        raise LimitExceeded(source, "max_inflated_bytes", f"DOCX part {name} inflates to",
+                            f"{info.file_size} bytes", f"{limit} bytes")
+    if info.file_size > _RATIO_CHECK_FLOOR and ratio > MAX_COMPRESSION_RATIO:
         raise DocumentError(source, f"refused as a zip bomb: DOCX part {name} inflates to {info.file_size} bytes "
                                     f"({ratio:.0f}:1)")
+    parser = _xml_parser()
+    inflated = 0
     try:
         with container.open(info) as handle:
-            raw = handle.read(limit + 1)  # the header may lie about the size; never read past the cap
+            # The header may lie about the size: count what is really inflated.
+            while piece := handle.read(_INFLATE_STEP):
+                inflated += len(piece)
+                if inflated > limit:
+                    raise LimitExceeded(source, "max_inflated_bytes", f"DOCX part {name} inflates to",
+                                        f"over {limit} bytes", f"{limit} bytes")
+                parser.feed(piece)
+        return parser.close()
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
         raise DocumentError(source, f"corrupt DOCX: cannot inflate {name} ({exc})") from None
-    if len(raw) > limit:
-        raise DocumentError(source, f"refused as a zip bomb: DOCX part {name} inflates past {limit} bytes")
-    try:
-        return etree.fromstring(raw, _xml_parser())
     except etree.XMLSyntaxError as exc:
         raise DocumentError(source, f"corrupt DOCX: {name} is not well-formed XML ({exc})") from None
 

@@ -1,16 +1,6 @@
-"""The one exception a parser lets escape for bad input."""
+"""The one exception a parser lets escape for bad input (defined in :mod:`chunking.errors`,
+so :mod:`chunking.limits` can subclass it without importing the parsers)."""
 
-from __future__ import annotations
+from chunking.errors import DocumentError
 
-
-class DocumentError(ValueError):
-    """A document that cannot be parsed. The message names the file and the cause.
-
-    ``cause`` is the bare reason ("PDF is truncated"), ``source`` the file name, so a
-    caller can log or store them separately; ``str(err)`` is ``"<source>: <cause>"``.
-    """
-
-    def __init__(self, source: str, cause: str) -> None:
-        self.source = source
-        self.cause = cause
-        super().__init__(f"{source}: {cause}" if source else cause)
+__all__ = ["DocumentError"]

@@ -40,6 +40,7 @@ from lxml import etree
 from chunking.model import ParsedDocument
 from chunking.parsers.build import Outline, assemble_structured, one_line, strip_control, table_id_prefix
 from chunking.parsers.encoding import decode_text
+from chunking.limits import LimitExceeded
 from chunking.parsers.errors import DocumentError
 
 _SKIP_TAGS = {"script", "style", "nav", "head", "template", "noscript", "svg", "math", "iframe", "object", "select", "button"}
@@ -51,15 +52,17 @@ _BLOCK_TAGS = {
     "dl", "dt", "dd", "hr", "address", "form", "fieldset", "details", "summary", "center", "body", "html",
     "caption", "figcaption", "legend",
 }
+_SPACE_RUN = re.compile(r"\s+")
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 # Stands for <br> inside collected text; private-use, so never in real content.
 _BREAK = "\ue000"
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 
 
-def parse_html(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocument:
+def parse_html(data: bytes, source: str, doc_id: str, sha256: str, *, max_chars: int | None = None) -> ParsedDocument:
+    """Parse HTML; with ``max_chars``, stop as soon as the text is sure to exceed it."""
     text, encoding = _decode(data, source)
-    builder = _outline(text, table_id_prefix(doc_id, sha256))
+    builder = _outline(text, table_id_prefix(doc_id, sha256), max_chars=max_chars, source=source)
     drafts = builder.outline.result()
     if not drafts:
         raise DocumentError(source, "no text content in this HTML document")
@@ -77,7 +80,8 @@ def html_table_tag(markup: str, tables: dict[str, dict[str, Any]], prefix: str) 
     return tags[0] if tags else one_line(re.sub(r"<[^>]*>", " ", markup))
 
 
-def _outline(text: str, table_prefix: str, tables: dict[str, dict[str, Any]] | None = None) -> "_HtmlOutline":
+def _outline(text: str, table_prefix: str, tables: dict[str, dict[str, Any]] | None = None, *,
+             max_chars: int | None = None, source: str = "") -> "_HtmlOutline":
     """Run the markup through libxml2's HTML parser (lxml, about 6x faster), or
     through the standard library's when libxml2 gives up on it.
 
@@ -85,19 +89,22 @@ def _outline(text: str, table_prefix: str, tables: dict[str, dict[str, Any]] | N
     HTML lets authors omit, which the handlers treat like written ones.
     """
     table_count = len(tables) if tables is not None else 0
-    builder = _HtmlOutline(table_prefix, "fg-" + table_prefix[3:], tables=tables)
+    budget = _TextBudget(max_chars, source)
+    builder = _HtmlOutline(table_prefix, "fg-" + table_prefix[3:], tables=tables, budget=budget)
     try:
         parser = etree.HTMLParser(target=_LxmlEvents(builder), no_network=True, remove_comments=True, remove_pis=True)
         parser.feed(text)
         parser.close()
         builder.finish()
         return builder
+    except DocumentError:  # over the budget: the other parser would be too
+        raise
     except (etree.LxmlError, ValueError):  # ValueError: text libxml2 will not take (NUL)
         pass
     if tables is not None:  # forget what the failed run registered
         for table_id in list(tables)[table_count:]:
             del tables[table_id]
-    builder = _HtmlOutline(table_prefix, "fg-" + table_prefix[3:], tables=tables)
+    builder = _HtmlOutline(table_prefix, "fg-" + table_prefix[3:], tables=tables, budget=_TextBudget(max_chars, source))
     builder.feed(text)
     builder.close()
     return builder
@@ -184,9 +191,27 @@ def _row(cells: list[tuple[str, dict[str, str], list[str]]]) -> str:
     return "<tr>" + "".join(out) + "</tr>"
 
 
+class _TextBudget:
+    """Counts the non-whitespace characters of the text collected so far: a lower
+    bound of the final text's length (whitespace collapses, nothing else is
+    dropped), so exceeding ``max_chars`` here means the document certainly will."""
+
+    def __init__(self, max_chars: int | None, source: str) -> None:
+        self.max_chars, self.source, self.seen = max_chars, source, 0
+
+    def add(self, data: str) -> None:
+        if self.max_chars is None:
+            return
+        self.seen += len(data) - sum(map(len, _SPACE_RUN.findall(data)))
+        if self.seen > self.max_chars:
+            raise LimitExceeded(self.source, "max_chars", "extracted text", None, f"{self.max_chars} characters")
+
+
 class _HtmlOutline(HTMLParser):
-    def __init__(self, table_prefix: str, figure_prefix: str, tables: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, table_prefix: str, figure_prefix: str, tables: dict[str, dict[str, Any]] | None = None,
+                 budget: _TextBudget | None = None) -> None:
         super().__init__(convert_charrefs=True)
+        self._budget = budget or _TextBudget(None, "")
         self.outline = Outline()
         self.tables: dict[str, dict[str, Any]] = {} if tables is None else tables
         self.title = ""
@@ -290,6 +315,7 @@ class _HtmlOutline(HTMLParser):
             if self._in_tex and self._tex is not None:
                 self._tex.append(data)
             return
+        self._budget.add(data)
         if self._table is not None:
             self._table.add_text(data)
         elif self._heading is not None:

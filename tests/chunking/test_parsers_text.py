@@ -198,7 +198,7 @@ def test_bad_text_input_raises_document_error(data, cause):
 def test_size_limit_and_unsupported_extension(tmp_path: Path):
     big = tmp_path / "big.txt"
     big.write_text("x" * 2000)
-    with pytest.raises(DocumentError, match="over the 1000-byte size limit"):
+    with pytest.raises(DocumentError, match=r"file size 2000 bytes is over the limit of 1000 bytes \(raise limits.max_bytes"):
         parse_document(big, "big", max_bytes=1000)
     assert parse_document(big, "big").text == "x" * 2000
     with pytest.raises(DocumentError, match="unsupported file type '.xyz'"):

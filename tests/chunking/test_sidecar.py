@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from chunking.limits import DocumentLimits
 from chunking.parsers import DocumentError, document_problems, is_sidecar_path, parse_bytes, parse_document
 from chunking.sidecar import (
     blocks_jsonl_lines,
@@ -110,8 +111,9 @@ def test_stale_or_corrupt_sidecar_is_a_document_error(tmp_path: Path):
     with pytest.raises(DocumentError, match="table tb-ext-0001 is json but its table_header is not"):
         parse_document(tmp_path / "report.txt", "r")
     (tmp_path / "report.blocks.jsonl").write_text('{"type": "meta"}\n')
+    # A sidecar without a document hash is used only when the user opted in.
     with pytest.raises(DocumentError, match="no content blocks"):
-        parse_document(tmp_path / "report.txt", "r")
+        parse_document(tmp_path / "report.txt", "r", limits=DocumentLimits(trust_unhashed_sidecars=True))
 
 
 def test_chunkyard_sidecar_beside_document_round_trips_blocks(tmp_path: Path):

@@ -112,7 +112,8 @@ def test_sidecars_and_hidden_files_are_not_documents(docs_dir):
     (docs_dir / "image.png").write_bytes(b"\x89PNG")
     (docs_dir / "odd[1],v|2.md").write_text("# odd", encoding="utf-8")
     keys = sorted(scan_folder(docs_dir))
-    assert keys == ["alpha.md", "odd_1__v_2.md", "sub/beta.txt"]
+    # A cleaned key carries a hash of its own path (resources/documents.py).
+    assert keys == ["alpha.md", "odd_1__v_2.md~4babd0f7", "sub/beta.txt"]
 
 
 # -- one owner per document run (issue 11.8) -----------------------------------------------
@@ -169,12 +170,14 @@ def test_a_cli_run_that_starts_during_a_tick_still_owns_the_documents(instance, 
 
     holders = []
 
-    def hash_while_a_cli_run_starts(path):
+    fingerprint = sensors.source_fingerprint
+
+    def hash_while_a_cli_run_starts(source):
         if not holders:
             holders.append(hold_run_lock(instance.root_directory))
-        return sha256_file(path)
+        return fingerprint(source)
 
-    monkeypatch.setattr(sensors, "sha256_file", hash_while_a_cli_run_starts)
+    monkeypatch.setattr(sensors, "source_fingerprint", hash_while_a_cli_run_starts)
     try:
         result = documents_sensor(build_sensor_context(instance=instance, resources=resources))
     finally:

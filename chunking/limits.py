@@ -1,0 +1,114 @@
+"""Per-document budget: the most one document may cost before it is refused.
+
+Every limit has a safe default and a key in the ``[limits]`` table of
+``chunkyard.toml``; a refusal is a :class:`LimitExceeded` (a
+:class:`~chunking.parsers.DocumentError`) whose message names the limit, the
+measured value and the key that raises it, so the document fails alone and the
+user knows what to change. Pure Python: the library, the worker process and the
+Dagster assets share these checks.
+
+Invariants a caller relies on:
+
+* ``DocumentLimits()`` are the defaults documented in the README ("Limits and
+  safety"); ``DocumentLimits.model_validate(toml["limits"])`` rejects unknown keys.
+* :func:`check_parsed_budget` passes exactly when the document's characters and
+  blocks are within the limits; :func:`check_chunk_count` when the chunk count is.
+* A refusal's message (as stored with the document) says which limit refused it and
+  its value then: :func:`refused_under` reads that back, so a recorded refusal can be
+  retried once the user has raised that limit (:func:`would_refuse_again`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chunking.errors import DocumentError
+
+__all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "check_chunk_count", "check_parsed_budget",
+           "limit_key", "refused_under", "would_refuse_again"]
+
+MIB = 1024 * 1024
+CONFIG_TABLE = "limits"
+
+
+def limit_key(name: str) -> str:
+    """Where a limit is set: ``limits.<name>`` in chunkyard.toml."""
+    return f"{CONFIG_TABLE}.{name}"
+
+
+class DocumentLimits(BaseModel):
+    """The budget of one document. Defaults fit a 2-core laptop with a few GB of RAM."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_bytes: int = Field(50 * MIB, ge=1, description="File size (document or sidecar), checked before reading.")
+    max_chars: int = Field(5_000_000, ge=1, description="Characters of extracted text.")
+    max_blocks: int = Field(100_000, ge=1, description="Heading-level blocks of the parse.")
+    max_chunks: int = Field(20_000, ge=1, description="Chunks one strategy may make of one document.")
+    max_inflated_bytes: int = Field(
+        64 * MIB, ge=1, description="Bytes one zip entry (a DOCX part) may inflate to; read as a stream, "
+                                    "never inflated past this.")
+    parse_timeout_s: int = Field(120, ge=1, description="Wall-clock seconds for parsing one document.")
+    parse_memory_mb: int = Field(
+        1024, ge=64, description="Address space of the parsing worker process (RLIMIT_AS), in MiB.")
+    trust_unhashed_sidecars: bool = Field(
+        False, description="Use a .blocks.jsonl sidecar that declares no document_hash (off: such a sidecar "
+                           "is ignored and the document is parsed from its own bytes).")
+
+    def as_config(self) -> dict[str, int]:
+        """The limits as integers (a Dagster resource's ``dict[str, int]`` field)."""
+        return {name: int(value) for name, value in self.model_dump().items()}
+
+
+class LimitExceeded(DocumentError):
+    """A document over one of its limits. ``limit`` is the field name of :class:`DocumentLimits`;
+    the message reads "<what> [<measured>] is over the limit of <allowed> (raise limits.<limit> ...)"."""
+
+    def __init__(self, source: str, limit: str, what: str, measured: object, allowed: object) -> None:
+        self.limit, self.what, self.measured, self.allowed = limit, what, measured, allowed
+        subject = f"{what} {measured}" if measured not in (None, "") else what
+        super().__init__(source, f"{subject} is over the limit of {allowed} "
+                                 f"(raise {limit_key(limit)} in chunkyard.toml to allow it)")
+
+    def __reduce__(self):  # noqa: ANN204 - pickling (a parse worker sends it to its parent)
+        return (LimitExceeded, (self.source, self.limit, self.what, self.measured, self.allowed))
+
+
+def check_parsed_budget(doc, limits: DocumentLimits, source: str) -> None:  # noqa: ANN001 - ParsedDocument
+    """Raise :class:`LimitExceeded` if the parse has more characters or blocks than allowed."""
+    if len(doc.text) > limits.max_chars:
+        raise LimitExceeded(source, "max_chars", "extracted text of", f"{len(doc.text)} characters",
+                            limits.max_chars)
+    if len(doc.blocks) > limits.max_blocks:
+        raise LimitExceeded(source, "max_blocks", "block count", len(doc.blocks), limits.max_blocks)
+
+
+def check_chunk_count(count: int, max_chunks: int, source: str) -> None:
+    """Raise :class:`LimitExceeded` if one strategy made more than ``max_chunks`` chunks of one document."""
+    if count > max_chunks:
+        raise LimitExceeded(source, "max_chunks", "chunk count", count, max_chunks)
+
+
+# "... the limit of <value>[ unit] ... raise limits.<name> ...": the one message shape
+# of LimitExceeded and of the parse worker's out-of-memory crash.
+_REFUSAL = re.compile(r"the limit of (\d+)\b.*?raise " + re.escape(CONFIG_TABLE) + r"\.(\w+)")
+
+
+def refused_under(error: str) -> tuple[str, int] | None:
+    """(limit name, its value when it refused) from a stored refusal message; None
+    when the error was not a limit's."""
+    match = _REFUSAL.search(error or "")
+    return (match.group(2), int(match.group(1))) if match else None
+
+
+def would_refuse_again(error: str, limits: DocumentLimits) -> bool:
+    """False only when ``error`` is a limit's refusal and that limit has since been
+    raised (the same bytes might now pass); any other recorded failure would recur."""
+    refused = refused_under(error)
+    if refused is None:
+        return True
+    name, value = refused
+    current = getattr(limits, name, None)
+    return not isinstance(current, int) or current <= value

@@ -1,0 +1,191 @@
+"""A hostile documents folder (issue 12, items 1, 4 and 8), generated at test time:
+links out of the root or to nowhere, a refused file that must not be re-run, and
+partition keys that must not depend on which other files exist."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import duckdb
+import pytest
+from dagster import AssetKey, materialize
+
+from orchestration.definitions import build_project
+from orchestration.reconcile import diff_folder
+from orchestration.schedules import RecordedFailures, plan_refresh, recorded_failures
+from resources.documents import clean_partition_key, scan_folder, source_fingerprint
+from resources.store import ChunkStore
+
+SECRET = "root:x:0:0:root:/root:/bin/bash"
+DOC_ASSETS = [AssetKey("raw_documents"), AssetKey("parsed_documents"), AssetKey("chunks_recursive")]
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    secret = tmp_path / "outside" / "passwd"
+    secret.parent.mkdir()
+    secret.write_text(f"{SECRET}\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n", encoding="utf-8")
+    return secret
+
+
+def _ingest(settings, instance, doc_ids: list[str]):
+    """raw, parsed and recursive chunks of ``doc_ids`` in one batched run, as the CLI runs them."""
+    project = build_project(settings.model_copy(update={"enabled_strategies": ["recursive"]}))
+    instance.add_dynamic_partitions("documents", doc_ids)
+    assets = [project.defs.get_assets_def(key) for key in DOC_ASSETS]
+    first, last = sorted(doc_ids)[0], sorted(doc_ids)[-1]
+    result = materialize(assets, instance=instance, resources=project.defs.resources, raise_on_error=False,
+                         tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+    return project, result
+
+
+def _rows(db: str, sql: str) -> list[tuple]:
+    with duckdb.connect(db, read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+# -- item 1: nothing outside the root is read -----------------------------------------
+
+
+def test_links_out_of_the_root_or_to_nowhere_are_listed_as_refused(docs_dir, outside):
+    (docs_dir / "passwd.txt").symlink_to(outside)
+    (docs_dir / "gone.md").symlink_to(docs_dir / "deleted.md")
+    (docs_dir / "alias.md").symlink_to(docs_dir / "alpha.md")  # inside the root: an ordinary document
+    (docs_dir / "linked_dir").symlink_to(outside.parent, target_is_directory=True)
+    sources = scan_folder(docs_dir)
+    assert sorted(sources) == ["alias.md", "alpha.md", "gone.md", "passwd.txt", "sub/beta.txt"]
+    assert "outside the documents folder" in sources["passwd.txt"].refusal
+    assert "dangling symbolic link" in sources["gone.md"].refusal and "deleted.md" in sources["gone.md"].refusal
+    assert sources["alias.md"].refusal is None and sources["alias.md"].readable_path == (docs_dir / "alpha.md").resolve()
+    # A refused link is identified without being opened: its fingerprint is not the target's hash.
+    secret_sha = hashlib.sha256(outside.read_bytes()).hexdigest()
+    assert source_fingerprint(sources["passwd.txt"]).startswith("refused:")
+    assert secret_sha not in {source_fingerprint(s) for s in sources.values()}
+    with pytest.raises(PermissionError):
+        sources["passwd.txt"].readable_path
+
+
+def test_a_link_to_a_file_outside_the_root_never_reaches_a_chunk(settings, instance, docs_dir, outside):
+    (docs_dir / "passwd.txt").symlink_to(outside)
+    (docs_dir / "gone.md").symlink_to(docs_dir / "deleted.md")
+    _, result = _ingest(settings, instance, sorted(scan_folder(docs_dir)))
+    db = settings.db_path
+    assert _rows(db, f"SELECT count(*) FROM chunks WHERE text LIKE '%{SECRET[:10]}%'") == [(0,)]
+    assert _rows(db, f"SELECT count(*) FROM pages WHERE text LIKE '%{SECRET[:10]}%'") == [(0,)]
+    errors = dict(_rows(db, "SELECT doc_id, error FROM documents WHERE status = 'error'"))
+    assert set(errors) == {"passwd.txt", "gone.md"}
+    assert "passwd.txt: refused: a symbolic link to a file outside the documents folder" in errors["passwd.txt"]
+    assert "gone.md: refused: a dangling symbolic link" in errors["gone.md"]
+    # The other documents of the same batch went on.
+    assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
+
+
+def test_the_sensor_lists_refused_links_without_crashing_or_reading_them(settings, instance, docs_dir, outside):
+    from dagster import build_sensor_context
+
+    from resources.documents import DocumentsFolder
+    from resources.store import StoreResource
+
+    (docs_dir / "passwd.txt").symlink_to(outside)
+    (docs_dir / "gone.md").symlink_to(docs_dir / "deleted.md")
+    project = build_project(settings)
+    sensor = project.defs.resolve_sensor_def("documents_sensor")
+    resources = {"documents": DocumentsFolder(root=settings.docs_root), "store": StoreResource(path=settings.db_path)}
+    result = sensor(build_sensor_context(instance=instance, resources=resources))
+    requested = {r.partition_key: r.run_key for r in result.run_requests}
+    assert set(requested) == {"alpha.md", "gone.md", "passwd.txt", "sub/beta.txt"}
+    assert hashlib.sha256(outside.read_bytes()).hexdigest() not in requested["passwd.txt"]
+
+
+# -- item 4: a refused file is recorded with its real hash and not re-run -------------
+
+
+def test_a_refused_file_is_recorded_with_its_real_hash_and_an_unchanged_folder_selects_nothing(
+    settings, instance, docs_dir
+):
+    big = docs_dir / "big.json"
+    big.write_text('{"k": "' + "v" * 5000 + '"}', encoding="utf-8")
+    settings = settings.model_copy(update={"limits": settings.limits.model_copy(update={"max_bytes": 4096})})
+    project, result = _ingest(settings, instance, sorted(scan_folder(docs_dir)))
+    row = ChunkStore(settings.db_path).document("big.json")
+    assert row["status"] == "error" and "raise limits.max_bytes" in row["error"]
+    assert row["sha256"] == hashlib.sha256(big.read_bytes()).hexdigest() and row["size_bytes"] == big.stat().st_size
+
+    # What the CLI and the nightly schedule decide on the unchanged folder: nothing to run.
+    store = ChunkStore(settings.db_path)
+    sources = scan_folder(docs_dir)
+    current = {d: source_fingerprint(s) for d, s in sources.items()}
+    assert diff_folder(current, store.document_hashes(str(docs_dir.resolve()))).to_process == {}
+    materialized = {key: set(instance.get_materialized_partitions(key)) for key in DOC_ASSETS}
+    failures = recorded_failures(store, current, settings.limits)
+    assert failures == RecordedFailures(settled=frozenset({"big.json"}))
+    assert "big.json" in plan_refresh(sorted(current), {k: set() for k in DOC_ASSETS}, DOC_ASSETS, {})
+    assert plan_refresh(sorted(current), materialized, DOC_ASSETS, {}, failures) == {}
+    assert recorded_failures(store).settled == {"big.json"}  # the nightly schedule, which does not read the folder
+
+    # Raising the limit that refused it, as its message says, makes it worth a retry.
+    raised = settings.limits.model_copy(update={"max_bytes": 1 << 20})
+    retry = recorded_failures(store, current, raised)
+    assert retry == RecordedFailures(retry=frozenset({"big.json"}))
+    assert plan_refresh(sorted(current), materialized, DOC_ASSETS, {}, retry) == {"big.json": DOC_ASSETS}
+
+    # Changed bytes are a new chance: no longer a recorded failure of these bytes.
+    big.write_text('{"k": "short"}', encoding="utf-8")
+    changed = {"big.json": source_fingerprint(scan_folder(docs_dir)["big.json"])}
+    assert recorded_failures(store, changed, settings.limits) == RecordedFailures()
+
+
+# -- item 8: a key depends on its own path only -----------------------------------------
+
+
+def test_partition_keys_do_not_depend_on_other_files(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "x,y.txt").write_text("comma")
+    (folder / "x_y.txt").write_text("underscore")
+    both = {s.relative_path: d for d, s in scan_folder(folder).items()}
+    assert both["x_y.txt"] == "x_y.txt"
+    assert both["x,y.txt"] == "x_y.txt~" + hashlib.sha1(b"x,y.txt").hexdigest()[:8]
+    (folder / "x,y.txt").unlink()
+    assert {s.relative_path: d for d, s in scan_folder(folder).items()} == {"x_y.txt": "x_y.txt"}
+    (folder / "x_y.txt").unlink()
+    (folder / "x,y.txt").write_text("comma")
+    assert {s.relative_path: d for d, s in scan_folder(folder).items()} == {"x,y.txt": both["x,y.txt"]}
+
+
+@pytest.mark.parametrize("path", ["a.md", "sub/b c.txt", "zh/检索分块简介.txt", "v1.2/notes.md"])
+def test_ordinary_paths_keep_their_key(path):
+    assert clean_partition_key(path) == path
+
+
+@pytest.mark.parametrize("path", ["a|b.md", "[x].txt", " lead.txt", "tab\there.md", "back\\slash.md"])
+def test_cleaned_keys_are_safe_and_distinct_from_every_ordinary_key(path):
+    key = clean_partition_key(path)
+    assert not any(ch in key for ch in "|,[]\t\\") and key.strip() == key
+    assert key.rsplit("~", 1)[1] == hashlib.sha1(path.encode()).hexdigest()[:8]
+
+
+# -- item 3: the chunk budget is enforced where chunks are made ---------------------------
+
+
+def test_a_document_over_the_chunk_budget_fails_its_strategy_naming_the_limit(settings, instance):
+    settings = settings.model_copy(update={"limits": settings.limits.model_copy(update={"max_chunks": 1})})
+    _, result = _ingest(settings, instance, ["alpha.md"])
+    failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
+    assert any("alpha.md: chunk count" in m and "over the limit of 1 (raise limits.max_chunks" in m for m in failures)
+    assert _rows(settings.db_path, "SELECT count(*) FROM chunks") == [(0,)]
+    assert _rows(settings.db_path, "SELECT status FROM documents") == [("parsed",)]  # the parse itself stands
+
+
+def test_a_file_swapped_for_a_link_out_of_the_root_after_the_scan_is_not_parsed(docs_dir, outside):
+    from assets.documents import parse_source
+    from chunking.limits import DocumentLimits
+    from chunking.parsers import DocumentError
+
+    source = scan_folder(docs_dir)["alpha.md"]
+    assert "Alpha" in parse_source(source, DocumentLimits(), str(docs_dir)).text
+    (docs_dir / "alpha.md").unlink()
+    (docs_dir / "alpha.md").symlink_to(outside)  # between the scan and the parse
+    with pytest.raises(DocumentError, match="alpha.md: refused: it now resolves outside the documents folder"):
+        parse_source(source, DocumentLimits(), str(docs_dir))
