@@ -249,15 +249,25 @@ def wait_for_text(driver, text: str, timeout: float = 60):
     WebDriverWait(driver, timeout).until(lambda d: text in page_text(d), f"{text!r} never appeared")
 
 
-def click_button(scope, label: str, prefix: bool = False) -> None:
+def click_button(scope, label: str, prefix: bool = False, timeout: float = 30) -> None:
+    """Click the button labelled ``label``; the UI re-renders as data arrives, so a button
+    found a moment ago may be replaced before the click: look it up again until it works."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    for button in scope.find_elements(By.CSS_SELECTOR, "button"):
-        text = button.text.strip()
-        if text == label or (prefix and text.startswith(label)):
-            button.click()
-            return
-    raise AssertionError(f"no button {label!r}")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            for button in scope.find_elements(By.CSS_SELECTOR, "button"):
+                text = button.text.strip()
+                if text == label or (prefix and text.startswith(label)):
+                    button.click()
+                    return
+        except StaleElementReferenceException:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no button {label!r}")
+        time.sleep(0.2)
 
 
 def metadata_value(driver, label: str) -> str:
@@ -323,7 +333,7 @@ def launch_one_document(driver, ui: UiServer, doc: str) -> None:
     # Close the partition list by clicking the dialog's title, then launch.
     dialog.find_element(By.XPATH, ".//*[contains(text(), 'Launch runs to materialize')]").click()
     WebDriverWait(driver, 30).until(lambda d: "Launch 1 run" in dialog.text)
-    click_button(dialog, "Launch 1 run")
+    click_button(driver, "Launch 1 run")  # looked up in the page: the dialog re-renders
     WebDriverWait(driver, 60).until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[role=dialog]"),
                                     "the launch dialog never closed")
 

@@ -62,7 +62,7 @@ def test_a_second_cli_run_stops_before_opening_the_instance(tmp_path, docs_dir):
         first.communicate("\n", timeout=60)
     assert second.returncode == 3, second.stdout + second.stderr
     assert second.stderr.strip().splitlines() == [
-        f"chunkyard: another chunkyard run (process {first.pid}) is using the Dagster instance {home}; "
+        f"chunkyard run: another chunkyard run (process {first.pid}) is using the Dagster instance {home}; "
         "wait for it to finish, then run again (it processes only what is left)"
     ]
     # Nothing was created or processed: no instance storage, no database.
@@ -84,7 +84,7 @@ def test_a_cli_run_on_a_second_folder_stops_before_writing(tmp_path, docs_dir):
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 3, second.stdout + second.stderr
     [line] = second.stderr.strip().splitlines()
-    assert line.startswith(f"chunkyard: {db} holds the documents of {first_root}; it will not take {docs_dir}")
+    assert line.startswith(f"chunkyard run: {db} holds the documents of {first_root}; it will not take {docs_dir}")
     assert f"CHUNKYARD_DB=data/other.duckdb make run DOCS={docs_dir}" in line
     with store.connect(read_only=True) as con:
         assert con.execute("SELECT doc_id, source_root, sha256 FROM documents").fetchall() == [
