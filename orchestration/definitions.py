@@ -15,6 +15,7 @@ from dagster import (
 )
 
 from assets.documents import parsed_documents, raw_documents
+from assets.evaluation import build_retrieval_eval_asset
 from assets.strategies import build_strategy_assets
 from chunking.strategies import all_strategies, config_hash, get_strategy
 from orchestration.schedules import build_nightly_schedule
@@ -59,7 +60,9 @@ def build_project(settings: Settings) -> Project:
         config_hashes[spec.name] = config_hash(config)
         strategy_assets.extend(build_strategy_assets(spec, config, embedding.model_id))
 
-    assets = [raw_documents, parsed_documents, *strategy_assets]
+    embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
+    retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode)
+    assets = [raw_documents, parsed_documents, *strategy_assets, retrieval_eval]
     graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
         key for a in strategy_assets for key in a.keys
     ]

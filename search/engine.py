@@ -204,8 +204,8 @@ class SearchIndex:
                 f"""
                 CREATE TABLE {table} AS
                 SELECT row_number() OVER (ORDER BY c.doc_id, c.chunk_index)::INTEGER AS row_id,
-                       c.doc_id, c.chunk_index, c.text, c.char_start, c.char_end, c.page_start, c.page_end,
-                       c.heading_path, e.embedding::FLOAT[{dim}] AS vec
+                       c.doc_id, c.chunk_index, c.text, c.token_count, c.char_start, c.char_end, c.page_start,
+                       c.page_end, c.heading_path, e.embedding::FLOAT[{dim}] AS vec
                 FROM store.{CHUNKS_RELATION} c
                 JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
                 WHERE c.strategy = ? AND e.model_id = ?
@@ -221,6 +221,27 @@ class SearchIndex:
             built.tables[strategy] = table
         self._built = built
         self.builds += 1
+
+    # -- what the evaluation reads -------------------------------------------------
+
+    def parsed_text(self, doc_id: str) -> str | None:
+        """The document's parsed text (pages joined), or None if the store has none."""
+        self.refresh()
+        row = self._con.execute("SELECT text FROM parsed WHERE doc_id = ?", [doc_id]).fetchone()
+        return row[0] if row else None
+
+    def chunk_spans(self, strategy: str) -> list[tuple[str, int, int]]:
+        """(doc_id, char_start, char_end) of every searchable chunk of a strategy."""
+        self.refresh()
+        table = self._tables_for(strategy)[strategy]
+        return self._con.execute(f"SELECT doc_id, char_start, char_end FROM {table}").fetchall()
+
+    def cost(self, strategy: str) -> tuple[int, int]:
+        """(chunks, tokens) of a strategy: what it stores and embeds."""
+        self.refresh()
+        table = self._tables_for(strategy)[strategy]
+        n, tokens = self._con.execute(f"SELECT count(*), coalesce(sum(token_count), 0) FROM {table}").fetchone()
+        return int(n), int(tokens)
 
     # -- queries --------------------------------------------------------------------
 
@@ -250,8 +271,8 @@ class SearchIndex:
             raise SearchError("k must be at least 1")
         self.refresh()
         tables = self._tables_for(strategy)
-        if mode != "keyword" and query_vector is None:
-            query_vector = self._embed_query(query)
+        if mode != "keyword":
+            query_vector = self._embed_query(query) if query_vector is None else query_vector
         hits: list[Hit] = []
         for name, table in tables.items():
             if mode == "vector":
