@@ -9,8 +9,6 @@ and ``iou@5/<strategy>`` is what Dagster plots over materializations. The check
 since the previous evaluation of the same eval set, mode and model.
 """
 
-from __future__ import annotations
-
 from datetime import datetime, timezone
 from typing import Iterator, Sequence
 
@@ -85,7 +83,7 @@ def build_retrieval_eval_asset(
                                       f"({len(report.skipped)} skipped; is the store empty?)")
         previous = previous_recall(chunk_store, eval_set=eval_set, mode=mode, model_id=model_id)
         record_report(
-            chunk_store, report, run_id=context.run_id, eval_set=eval_set, eval_set_sha256=file_sha256(eval_set),
+            chunk_store, report, run_id=context.run.run_id, eval_set=eval_set, eval_set_sha256=file_sha256(eval_set),
             model_id=model_id, evaluated_at=datetime.now(timezone.utc).replace(tzinfo=None),
         )
         at5 = report.at(5)

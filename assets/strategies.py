@@ -41,6 +41,7 @@ from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.embedding import EmbeddingModelResource
 from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
+from search.context import with_context
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,11 @@ def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None, atomic: tupl
     ]
 
 
-def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model_id: str) -> list[AssetsDefinition]:
-    """The two assets of one strategy, configured with ``config``."""
+def build_strategy_assets(
+    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: bool = False
+) -> list[AssetsDefinition]:
+    """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
+    with its document title and heading path prepended (search/context.py)."""
     chunks_key = AssetKey(f"chunks_{spec.name}")
     embeddings_key = AssetKey(f"embeddings_{spec.name}")
     cfg_hash = config_hash(config)
@@ -137,7 +141,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         **DOCUMENT_ASSET_ARGS,
         group_name="embeddings",
         deps=[chunks_asset],
-        code_version=embedding_model_id,
+        code_version=embedding_model_id + ("+context" if embed_context else ""),
         check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
         automation_condition=AutomationCondition.eager(),
         description=f"Vectors of the `{spec.name}` chunks; cached by (model id, sha256 of chunk text).",
@@ -154,6 +158,8 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
             for doc_id in context.partition_keys
             if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
         }
+        if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
+            rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
         # Embed each distinct missing text once, across the whole batch.

@@ -198,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--docs", help="documents folder (default: settings docs_root, examples/docs)")
     run_p.add_argument("--force", action="store_true", help="re-run every document, not only what changed")
     run_p.add_argument("--batch", type=int, default=25, help="documents per run (default 25)")
+    from orchestration import cli_search  # search, ground, eval
+
+    cli_search.add_commands(sub)
     args = parser.parse_args(argv)
+    if args.command in cli_search.COMMANDS:
+        return cli_search.dispatch(args)
     if args.command == "run":
         return run(args.docs, args.force, max(1, args.batch))
     return 2

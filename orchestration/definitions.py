@@ -42,7 +42,7 @@ def build_project(settings: Settings) -> Project:
         if settings.enabled_strategies is not None
         else all_strategies()
     )
-    unknown = set(settings.strategies) - {s.name for s in specs}
+    unknown = (set(settings.strategies) | set(settings.embed_with_context)) - {s.name for s in specs}
     if unknown:
         raise ValueError(f"settings configure strategies that are not enabled or not registered: {sorted(unknown)}")
     embedding = EmbeddingModelResource(
@@ -58,7 +58,9 @@ def build_project(settings: Settings) -> Project:
     for spec in specs:
         config = spec.parse_config(settings.strategies.get(spec.name))
         config_hashes[spec.name] = config_hash(config)
-        strategy_assets.extend(build_strategy_assets(spec, config, embedding.model_id))
+        strategy_assets.extend(
+            build_strategy_assets(spec, config, embedding.model_id, spec.name in settings.embed_with_context)
+        )
 
     embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
     retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode)
