@@ -94,8 +94,13 @@ def format_hit(hit, *, color: bool = False) -> str:
     where = (f"[{hit.strategy} #{hit.rank}] {hit.score:.4f}  {hit.doc_id}  {pages}  "
              f"chars {hit.char_start}-{hit.char_end}" + (f"  § {heading}" if heading else ""))
     open_mark, close_mark = ("\033[1;7m", "\033[0m") if color else ("»", "«")
-    body = f"{_squash(hit.context_before)}{open_mark}{_squash(hit.text)}{close_mark}{_squash(hit.context_after)}"
+    body = f"{_squash(hit.context_before)}{open_mark}{_shorten(_squash(hit.text))}{close_mark}{_squash(hit.context_after)}"
     return f"{where}\n    …{body}…\n"
+
+
+def _shorten(text: str, most: int = 600) -> str:
+    """A long chunk shows its head and tail (the JSON has it whole)."""
+    return text if len(text) <= most else f"{text[:most // 2]} [...] {text[-most // 2:]}"
 
 
 def _squash(text: str) -> str:
