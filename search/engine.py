@@ -9,10 +9,11 @@ arrays) and builds the indexes there:
   term's IDF comes from the chunks of that strategy alone;
 * vector: exact cosine (``array_cosine_distance``) by default. ``vss``'s HNSW
   index (``vector_index="hnsw"``) is built only in memory: HNSW persistence in a
-  file DB is experimental in vss. Measured on this 2-core machine (12,000 random
-  384-d vectors): exact top-5 in 0.25 s, HNSW build 155 s; and vss applies a
-  WHERE after its index scan, so a filtered HNSW query returned 3 of 5 rows.
-  So exact search is the default and HNSW is used only for unfiltered queries.
+  file DB is experimental in vss. ``bench/bench_search.py --n 4000`` on the
+  shared 2-core machine: HNSW build = 60x one exact filtered top-5 query, an
+  unfiltered HNSW query 1.0x; vss applies a WHERE after its index scan, so
+  filtered HNSW queries returned 16 of 100 rows. So exact search is the
+  default and HNSW (in memory) answers unfiltered queries only.
 
 The copy is keyed by a fingerprint of the searchable rows (an order-free hash of
 every chunk's identity, offsets, text hash, document hash and vector hash). Each
