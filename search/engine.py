@@ -223,31 +223,36 @@ class SearchIndex:
         self._built = built
         self.builds += 1
 
-    # -- what the evaluation reads -------------------------------------------------
+    # -- what the evaluation reads (from the copy as last refreshed) ---------------
+
+    def _ensure_built(self) -> None:
+        if self._built is None:
+            self.refresh()
 
     def parsed_text(self, doc_id: str) -> str | None:
         """The document's parsed text (pages joined), or None if the store has none."""
-        self.refresh()
+        self._ensure_built()
         row = self._con.execute("SELECT text FROM parsed WHERE doc_id = ?", [doc_id]).fetchone()
         return row[0] if row else None
 
     def chunk_spans(self, strategy: str) -> list[tuple[str, int, int]]:
         """(doc_id, char_start, char_end) of every searchable chunk of a strategy."""
-        self.refresh()
+        self._ensure_built()
         table = self._tables_for(strategy)[strategy]
         return self._con.execute(f"SELECT doc_id, char_start, char_end FROM {table}").fetchall()
 
     def cost(self, strategy: str) -> tuple[int, int]:
         """(chunks, tokens) of a strategy: what it stores and embeds."""
-        self.refresh()
+        self._ensure_built()
         table = self._tables_for(strategy)[strategy]
         n, tokens = self._con.execute(f"SELECT count(*), coalesce(sum(token_count), 0) FROM {table}").fetchone()
         return int(n), int(tokens)
 
     # -- queries --------------------------------------------------------------------
 
-    def strategies(self) -> list[str]:
-        self.refresh()
+    def strategies(self, *, refresh: bool = True) -> list[str]:
+        """The strategies with embedded chunks for this model."""
+        self.refresh() if refresh else self._ensure_built()
         return list(self._built.tables)
 
     def search(
@@ -260,17 +265,21 @@ class SearchIndex:
         doc_ids: Sequence[str] | None = None,
         folder: str | None = None,
         query_vector: np.ndarray | None = None,
+        refresh: bool = True,
     ) -> list[Hit]:
         """Top ``k`` chunks per strategy (one strategy, or every one), best first.
 
         Scores: cosine similarity (vector), BM25 (keyword), RRF sum (hybrid).
         ``doc_ids`` keeps only those documents; ``folder`` only documents under it.
+        ``refresh=False`` skips the fingerprint check, for a batch of queries right
+        after one ``refresh()`` (the evaluation).
         """
         if mode not in MODES:
             raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
         if k < 1:
             raise SearchError("k must be at least 1")
-        self.refresh()
+        if refresh or self._built is None:
+            self.refresh()
         tables = self._tables_for(strategy)
         if mode != "keyword":
             query_vector = self._embed_query(query) if query_vector is None else query_vector

@@ -139,7 +139,8 @@ def evaluate(
     strategies: Sequence[str] | None = None,
 ) -> EvalReport:
     """Score every strategy of the index on the questions at each k."""
-    names = list(strategies) if strategies is not None else index.strategies()
+    index.refresh()  # once: every question is scored against the same chunk set
+    names = list(strategies) if strategies is not None else index.strategies(refresh=False)
     resolved: dict[str, list[Span]] = {}
     skipped: dict[str, str] = {}
     for q in questions:
@@ -158,7 +159,7 @@ def evaluate(
         chunks, tokens = index.cost(name)
         per_k: dict[int, list[QuestionScores]] = {k: [] for k in ks}
         for q, vector in zip(scored, vectors):
-            hits = index.search(q.question, mode=mode, k=depth, strategy=name, query_vector=vector)
+            hits = index.search(q.question, mode=mode, k=depth, strategy=name, query_vector=vector, refresh=False)
             ranked = [(h.doc_id, h.char_start, h.char_end) for h in hits]
             refs = resolved[q.id]
             available = sum(1 for span in spans if is_relevant(span, refs))
