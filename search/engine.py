@@ -16,7 +16,8 @@ arrays) and builds the indexes there:
   default and HNSW (in memory) answers unfiltered queries only.
 
 The copy is keyed by a fingerprint of the searchable rows (an order-free hash of
-every chunk's identity, offsets, text hash, document hash and vector hash). Each
+every chunk's identity, offsets, text hash and document hash, and the hash of the
+text its vector was made from). Each
 query checks the fingerprint first (one aggregate over the store) and rebuilds
 when the chunk set changed, so documents added, changed or deleted are searched
 as they are now, never as they were at the first query.
@@ -98,14 +99,15 @@ class _Built:
     hnsw: bool = False
 
 
-def _fingerprint_sql(model_id_param: str = "?") -> str:
-    return f"""
-        SELECT count(*), coalesce(bit_xor(hash(c.doc_id, c.strategy, c.chunk_index, c.char_start, c.char_end,
-                                              c.text_sha256, c.doc_sha256, e.text_sha256, e.dim)), 0)
-        FROM store.{CHUNKS_RELATION} c
-        JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
-        WHERE e.model_id = {model_id_param}
-    """
+# Order-free (bit_xor) digest of the searchable rows of one model: any chunk added,
+# removed, re-cut or re-embedded changes it.
+FINGERPRINT_SQL = f"""
+    SELECT count(*), coalesce(bit_xor(hash(c.doc_id, c.strategy, c.chunk_index, c.char_start, c.char_end,
+                                          c.text_sha256, c.doc_sha256, e.text_sha256, e.dim)), 0)
+    FROM store.{CHUNKS_RELATION} c
+    JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
+    WHERE e.model_id = ?
+"""
 
 
 class SearchIndex:
@@ -161,7 +163,7 @@ class SearchIndex:
         try:
             if not self._has_store_tables():
                 raise SearchError(f"{self.db_path} has no chunks or embeddings yet: run `chunkyard run` first")
-            count, digest = self._con.execute(_fingerprint_sql(), [self.model_id]).fetchone()
+            count, digest = self._con.execute(FINGERPRINT_SQL, [self.model_id]).fetchone()
             fingerprint = f"{count}:{digest}"
             if self._built is not None and self._built.fingerprint == fingerprint:
                 return False
