@@ -132,7 +132,7 @@ def _ground(args) -> int:
 def _eval(args) -> int:
     from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 
-    from orchestration.cli import ensure_dagster_home
+    from orchestration.cli import QUIET, ensure_dagster_home
     from orchestration.definitions import build_project
     from resources.store import ChunkStore
 
@@ -143,7 +143,7 @@ def _eval(args) -> int:
     defs = build_project(settings).defs
     result = materialize(
         [defs.get_assets_def(AssetKey("retrieval_eval"))], instance=DagsterInstance.get(),
-        resources=defs.resources, raise_on_error=False,
+        resources=defs.resources, raise_on_error=False, run_config=QUIET,
     )
     if not result.success:
         for event in result.all_events:
