@@ -42,6 +42,7 @@ from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
+from search.context import with_context
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,11 @@ def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
     }
 
 
-def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model_id: str) -> list[AssetsDefinition]:
-    """The two assets of one strategy, configured with ``config``."""
+def build_strategy_assets(
+    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: bool = False
+) -> list[AssetsDefinition]:
+    """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
+    with its document title and heading path prepended (search/context.py)."""
     chunks_key = AssetKey(f"chunks_{spec.name}")
     embeddings_key = AssetKey(f"embeddings_{spec.name}")
     cfg_hash = config_hash(config)
@@ -146,7 +150,7 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
         **DOCUMENT_ASSET_ARGS,
         group_name="embeddings",
         deps=[chunks_asset],
-        code_version=embedding_model_id,
+        code_version=embedding_model_id + ("+context" if embed_context else ""),
         check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
         automation_condition=AutomationCondition.eager(),
         description=f"Vectors of the `{spec.name}` chunks; cached by (model id, sha256 of chunk text).",
@@ -163,6 +167,8 @@ def build_strategy_assets(spec: StrategySpec, config: BaseModel, embedding_model
             for doc_id in context.partition_keys
             if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
         }
+        if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
+            rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
         # Embed each distinct missing text once, across the whole batch.

@@ -425,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         verb.add_arguments(p)
         p.set_defaults(handler=verb.handler)
+    from orchestration import cli_search  # search, ground, eval
+
+    cli_search.add_commands(sub)
+    for name in cli_search.COMMANDS:
+        sub.choices[name].set_defaults(handler=cli_search.dispatch)
     return parser
 
 

@@ -16,6 +16,7 @@ from dagster import (
 
 from assets.documents import parsed_documents, raw_documents
 from assets.stats import build_stats_asset
+from assets.evaluation import build_retrieval_eval_asset
 from assets.strategies import build_strategy_assets
 from chunking.strategies import all_strategies, config_hash, get_strategy
 from orchestration.schedules import build_nightly_schedule
@@ -42,7 +43,7 @@ def build_project(settings: Settings) -> Project:
         if settings.enabled_strategies is not None
         else all_strategies()
     )
-    unknown = set(settings.strategies) - {s.name for s in specs}
+    unknown = (set(settings.strategies) | set(settings.embed_with_context)) - {s.name for s in specs}
     if unknown:
         raise ValueError(f"settings configure strategies that are not enabled or not registered: {sorted(unknown)}")
     embedding = EmbeddingModelResource(
@@ -58,11 +59,15 @@ def build_project(settings: Settings) -> Project:
     for spec in specs:
         config = spec.parse_config(settings.strategies.get(spec.name))
         config_hashes[spec.name] = config_hash(config)
-        strategy_assets.extend(build_strategy_assets(spec, config, embedding.model_id))
+        strategy_assets.extend(
+            build_strategy_assets(spec, config, embedding.model_id, spec.name in settings.embed_with_context)
+        )
 
-    # Not a document asset (unpartitioned, outside graph_order): it summarizes the store.
-    stats_asset = build_stats_asset([key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")])
-    assets = [raw_documents, parsed_documents, *strategy_assets, stats_asset]
+    # Not document assets (unpartitioned, outside graph_order): they summarize the store.
+    embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
+    stats_asset = build_stats_asset(embedding_keys)
+    retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode)
+    assets = [raw_documents, parsed_documents, *strategy_assets, stats_asset, retrieval_eval]
     graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
         key for a in strategy_assets for key in a.keys
     ]

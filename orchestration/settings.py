@@ -46,6 +46,12 @@ class Settings(BaseModel):
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Every document's budget; a document over any limit fails alone, naming the key.
     limits: DocumentLimits = Field(default_factory=DocumentLimits)
+    # Search and evaluation (search/, assets/evaluation.py).
+    eval_set: str = "eval/examples.jsonl"
+    eval_mode: str = Field("vector", pattern="^(vector|keyword|hybrid)$")
+    grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
+    # Strategies whose chunks are embedded with the document title and heading path prepended.
+    embed_with_context: list[str] = Field(default_factory=list)
 
 
 def load_settings(path: str | Path | None = None) -> Settings:

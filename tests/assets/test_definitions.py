@@ -61,7 +61,8 @@ def test_unknown_strategy_settings_are_rejected():
 def test_every_document_asset_is_partitioned_batched_and_in_the_duckdb_pool():
     for asset in defs.assets:
         assert asset.op.pool == "duckdb", asset.key  # DuckDB allows one writing process
-        if asset.key == AssetKey("strategy_stats"):  # the store-wide summary, not per document
+        # Store-wide summaries, not per document: the statistics and the retrieval evaluation.
+        if asset.key in (AssetKey("strategy_stats"), AssetKey("retrieval_eval")):
             assert asset.partitions_def is None
             continue
         assert asset.partitions_def.name == "documents"

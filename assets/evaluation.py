@@ -1,0 +1,113 @@
+"""``retrieval_eval``: every strategy scored on an eval set, with history and a recall guard.
+
+Depends on every ``embeddings_*`` asset. Reads the eval set (settings ``eval_set``),
+searches each strategy's chunks in the store (search/engine.py), scores them at
+k = 1, 3, 5, 10 (search/metrics.py), appends the rows to the ``retrieval_eval``
+table and shows the k=5 table in the UI. Numeric metadata ``recall@5/<strategy>``
+and ``iou@5/<strategy>`` is what Dagster plots over materializations. The check
+``recall_at_5_stable`` warns when a strategy's recall@5 fell by more than 2 points
+since the previous evaluation of the same eval set, mode and model.
+"""
+
+from datetime import datetime, timezone
+from typing import Iterator, Sequence
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from resources.embedding import EmbeddingModelResource
+from resources.store import StoreResource
+from search.engine import SearchIndex
+from search.evaluation import (
+    DEFAULT_KS,
+    EvalSetError,
+    evaluate,
+    file_sha256,
+    load_eval_set,
+    markdown_table,
+    previous_recall,
+    recall_drops,
+    record_report,
+)
+
+RETRIEVAL_EVAL = "retrieval_eval"
+RECALL_CHECK = "recall_at_5_stable"
+
+
+def build_retrieval_eval_asset(
+    embedding_keys: Sequence[AssetKey], *, eval_set: str, mode: str = "vector", ks: Sequence[int] = DEFAULT_KS
+) -> AssetsDefinition:
+    @asset(
+        name=RETRIEVAL_EVAL,
+        deps=list(embedding_keys),
+        pool="duckdb",
+        kinds={"duckdb"},
+        group_name="evaluation",
+        check_specs=[AssetCheckSpec(
+            RECALL_CHECK, asset=RETRIEVAL_EVAL,
+            description="WARN when a strategy's recall@5 fell by more than 2 points since the previous evaluation.",
+        )],
+        description=f"Retrieval quality of every strategy on the eval set `{eval_set}` ({mode} search): "
+                    "character recall / precision / IoU, MRR and nDCG at k = " + ", ".join(map(str, ks)),
+        metadata={"eval_set": eval_set, "mode": mode},
+    )
+    def retrieval_eval(
+        context: AssetExecutionContext, store: StoreResource, embedding: EmbeddingModelResource
+    ) -> Iterator[object]:
+        try:
+            questions = load_eval_set(eval_set)
+        except EvalSetError as exc:
+            raise Failure(description=str(exc)) from exc
+        chunk_store = store.store()
+        model_id = embedding.model_id
+        embed = (lambda texts: embedding.get_embedder().embed(texts)) if mode != "keyword" else None
+        index = SearchIndex(store.path, model_id, embed=embed)
+        try:
+            report = evaluate(index, questions, ks=ks, mode=mode)
+        finally:
+            index.close()
+        for qid, reason in report.skipped.items():
+            context.log.warning(f"{eval_set}: question {qid} not scored: {reason}")
+        if not report.rows or all(r.questions == 0 for r in report.rows):
+            raise Failure(description=f"{eval_set}: no question could be scored "
+                                      f"({len(report.skipped)} skipped; is the store empty?)")
+        previous = previous_recall(chunk_store, eval_set=eval_set, mode=mode, model_id=model_id)
+        record_report(
+            chunk_store, report, run_id=context.run.run_id, eval_set=eval_set, eval_set_sha256=file_sha256(eval_set),
+            model_id=model_id, evaluated_at=datetime.now(timezone.utc).replace(tzinfo=None),
+        )
+        at5 = report.at(5)
+        drops = recall_drops(previous, {name: row.recall for name, row in at5.items()})
+        metadata = {
+            "table": MetadataValue.md(markdown_table(report, ks=(5,))),
+            "table_all_k": MetadataValue.md(markdown_table(report, ks=ks)),
+            "questions": max(r.questions for r in report.rows),
+            "skipped_questions": len(report.skipped),
+            "model_id": model_id,
+        }
+        for name, row in sorted(at5.items()):
+            metadata[f"recall@5/{name}"] = round(row.recall, 4)
+            metadata[f"iou@5/{name}"] = round(row.iou, 4)
+        yield MaterializeResult(asset_key=RETRIEVAL_EVAL, metadata=metadata)
+        yield AssetCheckResult(
+            asset_key=RETRIEVAL_EVAL,
+            check_name=RECALL_CHECK,
+            passed=not drops,
+            severity=AssetCheckSeverity.WARN,
+            description=("recall@5 fell: " + ", ".join(f"{n} {a:.3f} -> {b:.3f}" for n, (a, b) in drops.items()))
+            if drops else "no strategy's recall@5 fell by more than 2 points",
+            metadata={"previous": MetadataValue.json(previous),
+                      "current": MetadataValue.json({n: r.recall for n, r in at5.items()})},
+        )
+
+    return retrieval_eval

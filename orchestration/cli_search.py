@@ -1,0 +1,183 @@
+"""``chunkyard search | ground | eval``: the search commands, hooked into orchestration/cli.py.
+
+    chunkyard search "query" [--strategy S] [-k 5] [--mode vector|keyword|hybrid]
+                             [--doc ID ...] [--folder F] [--json]
+    chunkyard ground "claim" [--threshold 0.7] [--strategy S] [-k 3] [--json]
+    chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--json]
+
+``search`` and ``ground`` only read the database. ``eval`` materializes the
+``retrieval_eval`` asset through the persistent Dagster instance (so the UI shows
+it, its history and its check) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Sequence
+
+COMMANDS = ("search", "ground", "eval")
+TEXT_KS = (1, 3, 5, 10)
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    search = subparsers.add_parser("search", help="search the stored chunks (vector, keyword or hybrid)")
+    search.add_argument("query")
+    search.add_argument("--strategy", help="one strategy (default: every strategy, top k each)")
+    search.add_argument("-k", type=int, default=5, help="hits per strategy (default 5)")
+    search.add_argument("--mode", choices=("vector", "keyword", "hybrid"), default="hybrid")
+    search.add_argument("--doc", action="append", dest="docs", help="only this document (repeatable)")
+    search.add_argument("--folder", help="only documents under this folder of the documents root")
+    search.add_argument("--context", type=int, default=160, help="characters of context shown each side")
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+
+    ground = subparsers.add_parser("ground", help="is a claim supported by the documents? (per strategy)")
+    ground.add_argument("claim")
+    ground.add_argument("--threshold", type=float, help="cosine similarity for 'grounded' (settings: 0.7)")
+    ground.add_argument("--strategy")
+    ground.add_argument("-k", type=int, default=3, help="evidence chunks per strategy (default 3)")
+    ground.add_argument("--json", action="store_true")
+
+    evaluate = subparsers.add_parser("eval", help="score every strategy on the eval set (asset retrieval_eval)")
+    evaluate.add_argument("--eval-set", help="JSONL eval set (settings eval_set: eval/examples.jsonl)")
+    evaluate.add_argument("--mode", choices=("vector", "keyword", "hybrid"), help="search mode (settings: vector)")
+    evaluate.add_argument("--json", action="store_true")
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    from search.engine import SearchError
+    from search.evaluation import EvalSetError
+
+    try:
+        if args.command == "search":
+            return _search(args)
+        if args.command == "ground":
+            return _ground(args)
+        if args.command == "eval":
+            return _eval(args)
+    except (SearchError, EvalSetError) as exc:
+        print(f"chunkyard {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def _settings():
+    from orchestration.settings import load_settings
+
+    return load_settings()
+
+
+def _search(args) -> int:
+    from search.engine import open_index
+
+    index = open_index(_settings())
+    index.context_chars = max(0, args.context)
+    hits = index.search(args.query, mode=args.mode, k=max(1, args.k), strategy=args.strategy,
+                        doc_ids=args.docs, folder=args.folder)
+    if args.json:
+        print(json.dumps([h.to_json() for h in hits], ensure_ascii=False, indent=2))
+        return 0
+    if not hits:
+        print("no hits")
+    color = sys.stdout.isatty()
+    for hit in hits:
+        print(format_hit(hit, color=color))
+    return 0
+
+
+def format_hit(hit, *, color: bool = False) -> str:
+    """Two lines: where the hit is, then the chunk inside its context, the chunk marked."""
+    heading = " > ".join(hit.heading_path)
+    pages = f"p.{hit.page_start + 1}" + (f"-{hit.page_end + 1}" if hit.page_end != hit.page_start else "")
+    where = (f"[{hit.strategy} #{hit.rank}] {hit.score:.4f}  {hit.doc_id}  {pages}  "
+             f"chars {hit.char_start}-{hit.char_end}" + (f"  § {heading}" if heading else ""))
+    open_mark, close_mark = ("\033[1;7m", "\033[0m") if color else ("»", "«")
+    body = f"{_squash(hit.context_before)}{open_mark}{_shorten(_squash(hit.text))}{close_mark}{_squash(hit.context_after)}"
+    return f"{where}\n    …{body}…\n"
+
+
+def _shorten(text: str, most: int = 600) -> str:
+    """A long chunk shows its head and tail (the JSON has it whole)."""
+    return text if len(text) <= most else f"{text[:most // 2]} [...] {text[-most // 2:]}"
+
+
+def _squash(text: str) -> str:
+    # Terminal display only: one line per hit; the JSON keeps the text as stored.
+    return re.sub(r"\s+", " ", text)
+
+
+def _ground(args) -> int:
+    from search.engine import ground, open_index
+
+    settings = _settings()
+    threshold = settings.grounding_threshold if args.threshold is None else args.threshold
+    results = ground(open_index(settings), args.claim, threshold=threshold, k=max(1, args.k),
+                     strategy=args.strategy)
+    if args.json:
+        print(json.dumps({"claim": args.claim, "threshold": threshold,
+                          "strategies": [g.to_json() for g in results]}, ensure_ascii=False, indent=2))
+        return 0
+    print(f"claim: {args.claim}\nthreshold: {threshold}")
+    for g in results:
+        verdict = "GROUNDED" if g.grounded else "unsupported"
+        print(f"\n{g.strategy:<16} {verdict:<12} best {g.score:.4f}")
+        for hit in g.evidence:
+            print(f"    {hit.score:.4f}  {hit.doc_id} chars {hit.char_start}-{hit.char_end}: "
+                  f"{_squash(hit.text)[:120]}")
+    return 0
+
+
+def _eval(args) -> int:
+    from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
+
+    from orchestration.cli import QUIET, ensure_dagster_home
+    from orchestration.definitions import build_project
+    from resources.store import ChunkStore
+
+    settings = _settings()
+    updates = {k: v for k, v in (("eval_set", args.eval_set), ("eval_mode", args.mode)) if v}
+    settings = settings.model_copy(update=updates)
+    ensure_dagster_home()
+    defs = build_project(settings).defs
+    result = materialize(
+        [defs.get_assets_def(AssetKey("retrieval_eval"))], instance=DagsterInstance.get(),
+        resources=defs.resources, raise_on_error=False, run_config=QUIET,
+    )
+    if not result.success:
+        for event in result.all_events:
+            if event.event_type == DagsterEventType.STEP_FAILURE:
+                print(f"chunkyard eval: {event.event_specific_data.error.message.strip()}", file=sys.stderr)
+        return 1
+    rows = history_rows(ChunkStore(settings.db_path), result.run_id)
+    checks = [e.event_specific_data for e in result.all_events
+              if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
+    if args.json:
+        print(json.dumps({"run_id": result.run_id, "eval_set": settings.eval_set, "mode": settings.eval_mode,
+                          "rows": rows, "checks": [{"name": c.check_name, "passed": c.passed,
+                                                    "description": c.description} for c in checks]}, indent=2))
+        return 0
+    print(f"eval set: {settings.eval_set}   mode: {settings.eval_mode}   run: {result.run_id[:8]}")
+    print(format_table(rows))
+    for c in checks:
+        print(f"check {c.check_name}: {'passed' if c.passed else 'WARN'}: {c.description}")
+    return 0
+
+
+def history_rows(store, run_id: str) -> list[dict]:
+    with store.connect(read_only=True) as con:
+        cur = con.execute(
+            "SELECT strategy, k, questions, recall, precision, iou, mrr, ndcg, chunks, tokens "
+            "FROM retrieval_eval WHERE run_id = ? ORDER BY k, strategy", [run_id])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    header = f"{'strategy':<18}{'k':>3}{'recall':>9}{'prec':>8}{'IoU':>8}{'MRR':>8}{'nDCG':>8}{'chunks':>8}{'tokens':>9}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r['strategy']:<18}{r['k']:>3}{r['recall']:>9.3f}{r['precision']:>8.3f}{r['iou']:>8.3f}"
+                     f"{r['mrr']:>8.3f}{r['ndcg']:>8.3f}{r['chunks']:>8}{r['tokens']:>9}")
+    return "\n".join(lines)

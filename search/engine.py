@@ -1,0 +1,449 @@
+"""Search over the stored chunks: vector (cosine), keyword (BM25) and hybrid (RRF).
+
+Where the indexes live, and why. Search never writes the store: it ATTACHes the
+DuckDB file read-only, copies the searchable rows of one embedding model into an
+in-memory database (one table per strategy, vectors as fixed-size ``FLOAT[dim]``
+arrays) and builds the indexes there:
+
+* keyword: the ``fts`` extension's BM25 index, one per strategy table, so a
+  term's IDF comes from the chunks of that strategy alone;
+* vector: exact cosine (``array_cosine_distance``) by default. ``vss``'s HNSW
+  index (``vector_index="hnsw"``) is built only in memory: HNSW persistence in a
+  file DB is experimental in vss. ``bench/bench_search.py --n 4000`` on the
+  shared 2-core machine: HNSW build = 60x one exact filtered top-5 query, an
+  unfiltered HNSW query 1.0x; vss applies a WHERE after its index scan, so
+  filtered HNSW queries returned 16 of 100 rows. So exact search is the
+  default and HNSW (in memory) answers unfiltered queries only.
+
+The copy is keyed by a fingerprint of the searchable rows (an order-free hash of
+every chunk's identity, offsets, text hash and document hash, and the hash of the
+text its vector was made from). Each
+query checks the fingerprint first (one aggregate over the store) and rebuilds
+when the chunk set changed, so documents added, changed or deleted are searched
+as they are now, never as they were at the first query.
+
+Read only through ``CHUNKS_RELATION`` and the ``embeddings`` columns named in
+``EMBEDDING_COLUMNS``: the store's schema changes under other hands.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Sequence
+
+import duckdb
+import numpy as np
+
+# The relation chunks are read from: the store's view of each document's current good
+# parse (resources/schema.py), so rows kept from an earlier parse are never found.
+CHUNKS_RELATION = "current_chunks"
+EMBEDDING_COLUMNS = "doc_id, strategy, chunk_index, model_id, text_sha256, dim, embedding"
+DUCKDB_EXTENSION_VERSION = "v1.5.5"
+RRF_K = 60  # reciprocal rank fusion constant (Cormack et al. 2009)
+
+Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
+VECTOR_INDEXES = ("exact", "hnsw")
+
+
+class SearchError(RuntimeError):
+    """A search that cannot run as asked (no vectors for the model, unknown strategy, ...)."""
+
+
+def extension_path(name: str) -> Path:
+    """The extension file shipped by the ``duckdb-extension-<name>`` package (loaded offline)."""
+    import importlib
+
+    module = importlib.import_module(f"duckdb_extension_{name}")
+    path = Path(module.__file__).parent / "extensions" / DUCKDB_EXTENSION_VERSION / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise SearchError(f"DuckDB extension {name!r} not found at {path}; install duckdb-extension-{name}")
+    return path
+
+
+def load_extensions(con: duckdb.DuckDBPyConnection, names: Iterable[str] = ("fts", "vss")) -> None:
+    for name in names:
+        con.execute(f"LOAD '{extension_path(name)}'")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk, located in its document, with the text around it."""
+
+    strategy: str
+    rank: int
+    score: float
+    doc_id: str
+    chunk_index: int
+    char_start: int
+    char_end: int
+    page_start: int
+    page_end: int
+    heading_path: list[str]
+    text: str
+    context_before: str = ""
+    context_after: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Built:
+    fingerprint: str
+    dim: int
+    tables: dict[str, str] = field(default_factory=dict)  # strategy -> in-memory table name
+    hnsw: bool = False
+
+
+# Order-free (bit_xor) digest of the searchable rows of one model: any chunk added,
+# removed, re-cut or re-embedded changes it.
+FINGERPRINT_SQL = f"""
+    SELECT count(*), coalesce(bit_xor(hash(c.doc_id, c.strategy, c.chunk_index, c.char_start, c.char_end,
+                                          c.text_sha256, c.doc_sha256, e.text_sha256, e.dim)), 0)
+    FROM store.{CHUNKS_RELATION} c
+    JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
+    WHERE e.model_id = ?
+"""
+
+
+class SearchIndex:
+    """In-memory search indexes over one store file and one embedding model."""
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        model_id: str,
+        *,
+        embed: Callable[[Sequence[str]], np.ndarray] | None = None,
+        vector_index: str = "exact",
+        context_chars: int = 200,
+        lock_timeout_s: float = 30.0,
+    ) -> None:
+        if vector_index not in VECTOR_INDEXES:
+            raise SearchError(f"vector_index must be one of {VECTOR_INDEXES}, not {vector_index!r}")
+        self.db_path = Path(db_path)
+        self.model_id = model_id
+        self.embed = embed
+        self.vector_index = vector_index
+        self.context_chars = context_chars
+        self.lock_timeout_s = lock_timeout_s
+        self.builds = 0  # how many times the copy was (re)built: tests and metadata read it
+        self._con = duckdb.connect(":memory:")
+        load_extensions(self._con)
+        self._built: _Built | None = None
+
+    def close(self) -> None:
+        self._con.close()
+
+    # -- the in-memory copy ---------------------------------------------------------
+
+    def _attach(self) -> None:
+        if not self.db_path.is_file():
+            raise SearchError(f"no chunkyard database at {self.db_path}: run `chunkyard run` first")
+        deadline = time.monotonic() + self.lock_timeout_s
+        while True:
+            try:
+                self._con.execute(f"ATTACH '{self.db_path}' AS store (READ_ONLY)")
+                return
+            except duckdb.IOException as exc:  # another process is writing: wait for its lock
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise SearchError(f"cannot read {self.db_path}: {exc}") from exc
+                time.sleep(0.2)
+
+    def _detach(self) -> None:
+        self._con.execute("DETACH store")
+
+    def refresh(self) -> bool:
+        """Rebuild the copy if the store's searchable rows changed; True when it rebuilt."""
+        self._attach()
+        try:
+            if not self._has_store_tables():
+                raise SearchError(f"{self.db_path} has no chunks or embeddings yet: run `chunkyard run` first")
+            count, digest = self._con.execute(FINGERPRINT_SQL, [self.model_id]).fetchone()
+            fingerprint = f"{count}:{digest}"
+            if self._built is not None and self._built.fingerprint == fingerprint:
+                return False
+            self._rebuild(fingerprint)
+            return True
+        finally:
+            self._detach()
+
+    def _has_store_tables(self) -> bool:
+        names = {
+            r[0] for r in self._con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'store' "
+                "UNION SELECT view_name FROM duckdb_views() WHERE database_name = 'store'"
+            ).fetchall()
+        }
+        return {CHUNKS_RELATION, "embeddings", "pages"} <= names
+
+    def _rebuild(self, fingerprint: str) -> None:
+        con = self._con
+        dims = [d for (d,) in con.execute(
+            "SELECT DISTINCT dim FROM store.embeddings WHERE model_id = ?", [self.model_id]
+        ).fetchall()]
+        if len(dims) > 1:
+            raise SearchError(f"model {self.model_id!r} has vectors of several dimensions {dims} in the store")
+        for old in (self._built.tables.values() if self._built else ()):
+            con.execute(f"DROP TABLE IF EXISTS {old}")
+        con.execute("DROP TABLE IF EXISTS parsed")
+        con.execute(
+            "CREATE TABLE parsed AS SELECT doc_id, string_agg(text, '' ORDER BY page_num) AS text "
+            "FROM store.pages GROUP BY doc_id"
+        )
+        dim = dims[0] if dims else 0
+        strategies = [s for (s,) in con.execute(
+            f"SELECT DISTINCT c.strategy FROM store.{CHUNKS_RELATION} c JOIN store.embeddings e "
+            "USING (doc_id, strategy, chunk_index) WHERE e.model_id = ? ORDER BY 1", [self.model_id]
+        ).fetchall()]
+        built = _Built(fingerprint=fingerprint, dim=dim, hnsw=self.vector_index == "hnsw")
+        for i, strategy in enumerate(strategies):
+            table = f"search_{i}"
+            con.execute(
+                f"""
+                CREATE TABLE {table} AS
+                SELECT row_number() OVER (ORDER BY c.doc_id, c.chunk_index)::INTEGER AS row_id,
+                       c.doc_id, c.chunk_index, c.text, c.token_count, c.char_start, c.char_end, c.page_start,
+                       c.page_end, c.heading_path, e.embedding::FLOAT[{dim}] AS vec
+                FROM store.{CHUNKS_RELATION} c
+                JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
+                WHERE c.strategy = ? AND e.model_id = ?
+                """,
+                [strategy, self.model_id],
+            )
+            con.execute(
+                f"PRAGMA create_fts_index('{table}', 'row_id', 'text', stemmer = 'porter', "
+                "stopwords = 'english', strip_accents = 1, lower = 1, overwrite = 1)"
+            )
+            if built.hnsw:
+                con.execute(f"CREATE INDEX {table}_hnsw ON {table} USING HNSW (vec) WITH (metric = 'cosine')")
+            built.tables[strategy] = table
+        self._built = built
+        self.builds += 1
+
+    # -- what the evaluation reads (from the copy as last refreshed) ---------------
+
+    def _ensure_built(self) -> None:
+        if self._built is None:
+            self.refresh()
+
+    def parsed_text(self, doc_id: str) -> str | None:
+        """The document's parsed text (pages joined), or None if the store has none."""
+        self._ensure_built()
+        row = self._con.execute("SELECT text FROM parsed WHERE doc_id = ?", [doc_id]).fetchone()
+        return row[0] if row else None
+
+    def chunk_spans(self, strategy: str) -> list[tuple[str, int, int]]:
+        """(doc_id, char_start, char_end) of every searchable chunk of a strategy."""
+        self._ensure_built()
+        table = self._tables_for(strategy)[strategy]
+        return self._con.execute(f"SELECT doc_id, char_start, char_end FROM {table}").fetchall()
+
+    def cost(self, strategy: str) -> tuple[int, int]:
+        """(chunks, tokens) of a strategy: what it stores and embeds."""
+        self._ensure_built()
+        table = self._tables_for(strategy)[strategy]
+        n, tokens = self._con.execute(f"SELECT count(*), coalesce(sum(token_count), 0) FROM {table}").fetchone()
+        return int(n), int(tokens)
+
+    # -- queries --------------------------------------------------------------------
+
+    def strategies(self, *, refresh: bool = True) -> list[str]:
+        """The strategies with embedded chunks for this model."""
+        self.refresh() if refresh else self._ensure_built()
+        return list(self._built.tables)
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        k: int = 5,
+        strategy: str | None = None,
+        doc_ids: Sequence[str] | None = None,
+        folder: str | None = None,
+        query_vector: np.ndarray | None = None,
+        refresh: bool = True,
+    ) -> list[Hit]:
+        """Top ``k`` chunks per strategy (one strategy, or every one), best first.
+
+        Scores: cosine similarity (vector), BM25 (keyword), RRF sum (hybrid).
+        ``doc_ids`` keeps only those documents; ``folder`` only documents under it.
+        ``refresh=False`` skips the fingerprint check, for a batch of queries right
+        after one ``refresh()`` (the evaluation).
+        """
+        if mode not in MODES:
+            raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
+        if k < 1:
+            raise SearchError("k must be at least 1")
+        if refresh or self._built is None:
+            self.refresh()
+        tables = self._tables_for(strategy)
+        if mode != "keyword":
+            query_vector = self._embed_query(query) if query_vector is None else query_vector
+        hits: list[Hit] = []
+        for name, table in tables.items():
+            if mode == "vector":
+                ranked = self._vector(table, query_vector, k, doc_ids, folder)
+            elif mode == "keyword":
+                ranked = self._keyword(table, query, k, doc_ids, folder)
+            else:
+                depth = max(50, 5 * k)
+                ranked = reciprocal_rank_fusion(
+                    [self._vector(table, query_vector, depth, doc_ids, folder),
+                     self._keyword(table, query, depth, doc_ids, folder)],
+                    k,
+                )
+            hits.extend(self._hits(name, table, ranked))
+        return hits
+
+    def _tables_for(self, strategy: str | None) -> dict[str, str]:
+        tables = self._built.tables
+        if not tables:
+            raise SearchError(f"no embedded chunks for model {self.model_id!r} in {self.db_path}")
+        if strategy is None:
+            return dict(tables)
+        if strategy not in tables:
+            raise SearchError(f"no embedded chunks of strategy {strategy!r}; searchable: {sorted(tables)}")
+        return {strategy: tables[strategy]}
+
+    def _embed_query(self, query: str) -> np.ndarray:
+        if self.embed is None:
+            raise SearchError("vector and hybrid search need an embedding model (embed=...)")
+        vector = np.asarray(self.embed([query]), dtype=np.float32)[0]
+        if vector.shape[0] != self._built.dim:
+            raise SearchError(f"query vector has dimension {vector.shape[0]}, the store's is {self._built.dim}")
+        return vector
+
+    @staticmethod
+    def _filter(doc_ids: Sequence[str] | None, folder: str | None) -> tuple[str, list]:
+        clauses, params = [], []
+        if doc_ids is not None:
+            clauses.append("doc_id IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(doc_ids))
+        if folder:
+            clauses.append("starts_with(doc_id, ?)")
+            params.append(folder.strip("/") + "/")
+        return (" AND ".join(clauses) or "TRUE"), params
+
+    def _vector(self, table, vector, k, doc_ids, folder) -> list[tuple[int, float]]:
+        where, params = self._filter(doc_ids, folder)
+        dim = self._built.dim
+        if self._built.hnsw and not params:
+            # The shape vss rewrites into an HNSW index scan: ORDER BY distance LIMIT k, nothing else.
+            return self._con.execute(
+                f"""SELECT row_id, 1 - array_cosine_distance(vec, ?::FLOAT[{dim}]) AS score FROM {table}
+                    ORDER BY array_cosine_distance(vec, ?::FLOAT[{dim}]) LIMIT {int(k)}""",
+                [vector.tolist(), vector.tolist()],
+            ).fetchall()
+        # Exact: ordering by the score (not the bare distance) keeps the optimizer off the
+        # index, whose scan would drop rows the WHERE rejects after it (fewer than k hits).
+        return self._con.execute(
+            f"""SELECT row_id, 1 - array_cosine_distance(vec, ?::FLOAT[{dim}]) AS score FROM {table}
+                WHERE {where} ORDER BY score DESC, row_id LIMIT {int(k)}""",
+            [vector.tolist(), *params],
+        ).fetchall()
+
+    def _keyword(self, table, query, k, doc_ids, folder) -> list[tuple[int, float]]:
+        where, params = self._filter(doc_ids, folder)
+        return self._con.execute(
+            f"""SELECT row_id, score FROM (
+                    SELECT row_id, doc_id, fts_main_{table}.match_bm25(row_id, ?) AS score FROM {table})
+                WHERE score IS NOT NULL AND {where} ORDER BY score DESC, row_id LIMIT {int(k)}""",
+            [query, *params],
+        ).fetchall()
+
+    def _hits(self, strategy: str, table: str, ranked: list[tuple[int, float]]) -> list[Hit]:
+        if not ranked:
+            return []
+        ctx = int(self.context_chars)
+        rows = {
+            r[0]: r[1:]
+            for r in self._con.execute(
+                f"""SELECT t.row_id, t.doc_id, t.chunk_index, t.char_start, t.char_end, t.page_start, t.page_end,
+                           t.heading_path, t.text,
+                           coalesce(substr(p.text, greatest(t.char_start - {ctx}, 0) + 1,
+                                           t.char_start - greatest(t.char_start - {ctx}, 0)), ''),
+                           coalesce(substr(p.text, t.char_end + 1, {ctx}), '')
+                    FROM {table} t LEFT JOIN parsed p USING (doc_id)
+                    WHERE t.row_id IN (SELECT unnest(?::INTEGER[]))""",
+                [[row_id for row_id, _ in ranked]],
+            ).fetchall()
+        }
+        hits = []
+        for rank, (row_id, score) in enumerate(ranked, start=1):
+            doc_id, chunk_index, start, end, p0, p1, heading, text, before, after = rows[row_id]
+            hits.append(Hit(strategy, rank, float(score), doc_id, chunk_index, start, end, p0, p1,
+                            list(heading), text, before, after))
+        return hits
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]], k: int) -> list[tuple[int, float]]:
+    """Fuse ranked lists of (id, score): each id scores sum(1 / (RRF_K + rank)); ties by id."""
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (row_id, _) in enumerate(ranking, start=1):
+            fused[row_id] = fused.get(row_id, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
+
+
+# -- grounding (seeds/sentence-chunking-adr.md) ---------------------------------------
+
+DEFAULT_GROUNDING_THRESHOLD = 0.7
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """The ADR's verdict for one strategy: grounded when the best evidence's cosine
+    similarity to the claim reaches the threshold."""
+
+    strategy: str
+    grounded: bool
+    score: float
+    threshold: float
+    evidence: list[Hit]
+
+    def to_json(self) -> dict:
+        return {"strategy": self.strategy, "verdict": "grounded" if self.grounded else "unsupported",
+                "score": self.score, "threshold": self.threshold, "evidence": [h.to_json() for h in self.evidence]}
+
+
+def grounding_verdict(scores: Sequence[float], threshold: float) -> tuple[bool, float]:
+    """(grounded, best score): grounded iff the best similarity is >= threshold."""
+    best = max(scores, default=0.0)
+    return best >= threshold, best
+
+
+def ground(
+    index: SearchIndex, claim: str, *, threshold: float = DEFAULT_GROUNDING_THRESHOLD, k: int = 3,
+    strategy: str | None = None,
+) -> list[Grounding]:
+    """Per strategy: the top-k evidence for ``claim`` by cosine similarity, and the verdict."""
+    hits = index.search(claim, mode="vector", k=k, strategy=strategy)
+    by_strategy: dict[str, list[Hit]] = {}
+    for hit in hits:
+        by_strategy.setdefault(hit.strategy, []).append(hit)
+    results = []
+    for name, evidence in by_strategy.items():
+        grounded, best = grounding_verdict([h.score for h in evidence], threshold)
+        results.append(Grounding(name, grounded, best, threshold, evidence))
+    return results
+
+
+def open_index(settings, *, vector_index: str = "exact") -> SearchIndex:
+    """A SearchIndex over the settings' database, embedding queries with the settings' model."""
+    from resources.embedding import EmbeddingModelResource
+
+    resource = EmbeddingModelResource(
+        model=settings.embedding_model, device=settings.embedding_device,
+        batch_size=settings.embedding_batch_size, precision=settings.embedding_precision,
+        batch_tokens=settings.embedding_batch_tokens, workers=settings.embedding_workers,
+    )
+    return SearchIndex(
+        settings.db_path, resource.model_id, embed=lambda texts: resource.get_embedder().embed(texts),
+        vector_index=vector_index,
+    )

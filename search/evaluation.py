@@ -1,0 +1,240 @@
+"""Retrieval evaluation: an eval set, scored per strategy against the search index.
+
+Eval set: JSONL, one object per line::
+
+    {"id": "q1", "question": "...",
+     "references": [{"doc": "html/foo.html", "excerpt": "exact text"},
+                    {"doc": "a.md", "char_start": 10, "char_end": 42}]}
+
+``doc`` is the document's partition key. An excerpt must occur verbatim in the
+document's parsed text (its first occurrence is the reference); offsets index the
+parsed text. A question whose reference cannot be resolved is left out of the
+scores and reported with the reason; the others are scored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from search.engine import SearchIndex
+from search.metrics import QuestionScores, Span, is_relevant, mean_scores, score_question
+
+DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
+RECALL_DROP_TOLERANCE = 0.02  # "more than 2 points" of recall@5, on the 0..1 scale
+
+
+class EvalSetError(ValueError):
+    """The eval set file is malformed (names the line and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    doc: str
+    excerpt: str | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    references: tuple[Reference, ...]
+
+
+def parse_eval_set(text: str, source: str = "eval set") -> list[Question]:
+    """Questions from JSONL text; a malformed line raises EvalSetError naming it."""
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{line_no}"
+        try:
+            obj = json.loads(line)
+            qid, question, refs = str(obj["id"]), obj["question"], obj["references"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise EvalSetError(f"{where}: expected {{id, question, references}}: {exc}") from exc
+        if qid in seen:
+            raise EvalSetError(f"{where}: duplicate id {qid!r}")
+        seen.add(qid)
+        if not isinstance(question, str) or not question.strip() or not isinstance(refs, list) or not refs:
+            raise EvalSetError(f"{where}: question {qid!r} needs a question text and at least one reference")
+        parsed = []
+        for ref in refs:
+            if not isinstance(ref, dict) or not isinstance(ref.get("doc"), str):
+                raise EvalSetError(f"{where}: question {qid!r}: each reference needs a 'doc'")
+            has_excerpt = isinstance(ref.get("excerpt"), str) and ref["excerpt"] != ""
+            has_offsets = isinstance(ref.get("char_start"), int) and isinstance(ref.get("char_end"), int)
+            if not (has_excerpt or has_offsets):
+                raise EvalSetError(f"{where}: question {qid!r}: a reference needs an 'excerpt' or char_start/char_end")
+            parsed.append(Reference(ref["doc"], ref.get("excerpt"), ref.get("char_start"), ref.get("char_end")))
+        questions.append(Question(qid, question, tuple(parsed)))
+    return questions
+
+
+def load_eval_set(path: str | Path) -> list[Question]:
+    path = Path(path)
+    if not path.is_file():
+        raise EvalSetError(f"eval set not found: {path}")
+    return parse_eval_set(path.read_text(encoding="utf-8"), str(path))
+
+
+def resolve_reference(ref: Reference, parsed_text: str | None) -> Span:
+    """The reference as a span of the parsed text; ValueError says why it cannot be."""
+    if parsed_text is None:
+        raise ValueError(f"document {ref.doc!r} is not in the store (or has no parsed text)")
+    if ref.excerpt is not None:
+        start = parsed_text.find(ref.excerpt)
+        if start < 0:
+            raise ValueError(f"excerpt not found verbatim in {ref.doc!r}: {ref.excerpt[:60]!r}")
+        end = start + len(ref.excerpt)
+        if ref.char_start is not None and (ref.char_start, ref.char_end) != (start, end):
+            # Offsets given with an excerpt must agree with its first occurrence, or one of them is wrong.
+            raise ValueError(f"{ref.doc!r}: offsets {ref.char_start}..{ref.char_end} do not hold the excerpt")
+        return (ref.doc, start, end)
+    if not 0 <= ref.char_start < ref.char_end <= len(parsed_text):
+        raise ValueError(f"offsets {ref.char_start}..{ref.char_end} outside {ref.doc!r} ({len(parsed_text)} chars)")
+    return (ref.doc, ref.char_start, ref.char_end)
+
+
+@dataclass(frozen=True)
+class StrategyRow:
+    """One strategy's mean scores at one k."""
+
+    strategy: str
+    k: int
+    questions: int
+    recall: float
+    precision: float
+    iou: float
+    mrr: float
+    ndcg: float
+    chunks: int
+    tokens: int
+
+
+@dataclass
+class EvalReport:
+    rows: list[StrategyRow]
+    skipped: dict[str, str] = field(default_factory=dict)  # question id -> why it was not scored
+    mode: str = "vector"
+
+    def at(self, k: int) -> dict[str, StrategyRow]:
+        return {r.strategy: r for r in self.rows if r.k == k}
+
+
+def evaluate(
+    index: SearchIndex,
+    questions: Sequence[Question],
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    mode: str = "vector",
+    strategies: Sequence[str] | None = None,
+) -> EvalReport:
+    """Score every strategy of the index on the questions at each k."""
+    index.refresh()  # once: every question is scored against the same chunk set
+    names = list(strategies) if strategies is not None else index.strategies(refresh=False)
+    resolved: dict[str, list[Span]] = {}
+    skipped: dict[str, str] = {}
+    for q in questions:
+        try:
+            resolved[q.id] = [resolve_reference(r, index.parsed_text(r.doc)) for r in q.references]
+        except ValueError as exc:
+            skipped[q.id] = str(exc)
+    scored = [q for q in questions if q.id in resolved]
+    depth = max(ks)
+    vectors: list[np.ndarray | None] = [None] * len(scored)
+    if mode != "keyword" and scored:
+        vectors = list(np.asarray(index.embed([q.question for q in scored]), dtype=np.float32))
+    rows: list[StrategyRow] = []
+    for name in names:
+        spans = index.chunk_spans(name)
+        chunks, tokens = index.cost(name)
+        per_k: dict[int, list[QuestionScores]] = {k: [] for k in ks}
+        for q, vector in zip(scored, vectors):
+            hits = index.search(q.question, mode=mode, k=depth, strategy=name, query_vector=vector, refresh=False)
+            ranked = [(h.doc_id, h.char_start, h.char_end) for h in hits]
+            refs = resolved[q.id]
+            available = sum(1 for span in spans if is_relevant(span, refs))
+            for k in ks:
+                per_k[k].append(score_question(ranked, refs, k, available))
+        for k in ks:
+            means = mean_scores(per_k[k])
+            rows.append(StrategyRow(name, k, len(per_k[k]), chunks=chunks, tokens=tokens, **means))
+    return EvalReport(rows=rows, skipped=skipped, mode=mode)
+
+
+def recall_drops(
+    previous: dict[str, float], current: dict[str, float], tolerance: float = RECALL_DROP_TOLERANCE
+) -> dict[str, tuple[float, float]]:
+    """Strategies whose recall fell by more than ``tolerance`` since the previous value: name -> (before, now).
+    A strategy without a previous value cannot have fallen."""
+    return {
+        name: (previous[name], now)
+        for name, now in current.items()
+        if name in previous and previous[name] - now > tolerance + 1e-12
+    }
+
+
+def markdown_table(report: EvalReport, ks: Sequence[int] = (5,)) -> str:
+    """Per strategy and k: recall, precision, IoU, MRR, nDCG, chunks, tokens (Markdown)."""
+    lines = [
+        "| strategy | k | recall | precision | IoU | MRR | nDCG | chunks | tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for k in ks:
+        for r in sorted(report.at(k).values(), key=lambda r: r.strategy):
+            lines.append(
+                f"| {r.strategy} | {k} | {r.recall:.3f} | {r.precision:.3f} | {r.iou:.3f} | {r.mrr:.3f} | "
+                f"{r.ndcg:.3f} | {r.chunks} | {r.tokens} |"
+            )
+    return "\n".join(lines)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# -- history in the store (DDL: resources/schema.py, table retrieval_eval) -------------
+
+HISTORY_TABLE = "retrieval_eval"
+HISTORY_COLUMNS = (
+    "run_id", "evaluated_at", "eval_set", "eval_set_sha256", "mode", "model_id", "strategy", "k", "questions",
+    "recall", "precision", "iou", "mrr", "ndcg", "chunks", "tokens",
+)
+
+
+def previous_recall(store, *, eval_set: str, mode: str, model_id: str, k: int = 5) -> dict[str, float]:
+    """strategy -> recall@k of the latest recorded evaluation of this eval set, mode and model."""
+    with store.connect(read_only=True) as con:
+        if not con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [HISTORY_TABLE]
+        ).fetchone()[0]:
+            return {}
+        return dict(con.execute(
+            f"""SELECT strategy, arg_max(recall, evaluated_at) FROM {HISTORY_TABLE}
+                WHERE eval_set = ? AND mode = ? AND model_id = ? AND k = ? GROUP BY strategy""",
+            [eval_set, mode, model_id, k],
+        ).fetchall())
+
+
+def record_report(
+    store, report: EvalReport, *, run_id: str, eval_set: str, eval_set_sha256: str, model_id: str, evaluated_at
+) -> None:
+    """Append one evaluation's rows to the history, in one transaction."""
+    with store.transaction() as con:
+        con.execute(f"DELETE FROM {HISTORY_TABLE} WHERE run_id = ?", [run_id])
+        placeholders = ", ".join("?" for _ in HISTORY_COLUMNS)
+        for r in report.rows:
+            con.execute(
+                f"INSERT INTO {HISTORY_TABLE} ({', '.join(HISTORY_COLUMNS)}) VALUES ({placeholders})",
+                [run_id, evaluated_at, eval_set, eval_set_sha256, report.mode, model_id, r.strategy, r.k,
+                 r.questions, r.recall, r.precision, r.iou, r.mrr, r.ndcg, r.chunks, r.tokens],
+            )

@@ -1,0 +1,123 @@
+"""Through the real pipeline: context embedding in the embeddings asset, then the CLI commands."""
+
+import json
+import textwrap
+
+import duckdb
+import pytest
+from dagster import instance_for_test
+
+from orchestration.cli import main
+from orchestration.definitions import INGEST_JOB, build_project
+from orchestration.settings import load_settings
+
+pytestmark = pytest.mark.model
+
+GUIDE = """# Harbour guide
+
+## Boats
+
+The boats come back before dark, because the wind turns every afternoon.
+
+## Markets
+
+The fish market opens at dawn and closes when the ice runs out.
+"""
+NOTES = "Bread needs flour, water, salt and yeast. Knead the dough for ten minutes.\n"
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    docs = root / "docs"
+    (docs / "kitchen").mkdir(parents=True)
+    (docs / "guide.md").write_text(GUIDE, encoding="utf-8")
+    (docs / "kitchen" / "bread.txt").write_text(NOTES, encoding="utf-8")
+    eval_set = root / "eval.jsonl"
+    eval_set.write_text(json.dumps({"id": "q", "question": "When does the fish market open?", "references": [
+        {"doc": "guide.md", "excerpt": "The fish market opens at dawn"}]}) + "\n", encoding="utf-8")
+    config = root / "chunkyard.toml"
+    config.write_text(textwrap.dedent(f"""
+        docs_root = "{docs}"
+        db_path = "{root / 'db' / 'chunkyard.duckdb'}"
+        eval_set = "{eval_set}"
+        enabled_strategies = ["recursive", "paragraph"]
+        embed_with_context = ["paragraph"]
+        [strategies.recursive]
+        chunk_token_size = 30
+        chunk_overlap_token_size = 5
+    """), encoding="utf-8")
+    settings = load_settings(config)
+    project = build_project(settings)
+    with instance_for_test() as instance:
+        instance.add_dynamic_partitions("documents", ["guide.md", "kitchen/bread.txt"])
+        result = project.defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, raise_on_error=False,
+            tags={"dagster/asset_partition_range_start": "guide.md",
+                  "dagster/asset_partition_range_end": "kitchen/bread.txt"})
+        assert result.success
+    return config, settings
+
+
+def test_context_embedding_changes_only_what_is_embedded(ingested):
+    _, settings = ingested
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        rows = con.execute(
+            """SELECT c.strategy, c.text, c.heading_path, c.text_sha256 = e.text_sha256,
+                      e.text_sha256 IN (SELECT text_sha256 FROM embedding_cache)
+               FROM chunks c JOIN embeddings e USING (doc_id, strategy, chunk_index)
+               WHERE c.doc_id = 'guide.md'"""
+        ).fetchall()
+    by_strategy = {}
+    for strategy, text, heading_path, same_sha, cached in rows:
+        by_strategy.setdefault(strategy, []).append(same_sha)
+        assert cached
+        assert not text.startswith("Harbour guide >")  # the stored chunk text is unchanged
+    assert all(by_strategy["recursive"])  # no context: the vector is the chunk text's
+    assert not any(by_strategy["paragraph"])  # with context: keyed by the text the model read
+
+
+def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
+    config, _ = ingested
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
+    assert main(["search", "fish market dawn", "--json", "-k", "2"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert {h["strategy"] for h in hits} == {"recursive", "paragraph"}
+    top = next(h for h in hits if h["strategy"] == "recursive" and h["rank"] == 1)
+    assert top["doc_id"] == "guide.md" and "fish market" in top["text"]
+    assert GUIDE[top["char_start"]:top["char_end"]] == top["text"]
+    assert GUIDE.endswith(top["text"] + top["context_after"])
+    assert {"page_start", "page_end", "heading_path", "score", "context_before"} <= set(top)
+
+    assert main(["search", "knead", "--mode", "keyword", "--strategy", "recursive", "--folder", "kitchen"]) == 0
+    out = capsys.readouterr().out
+    assert "[recursive #1]" in out and "kitchen/bread.txt" in out and "»" in out and "Knead" in out
+
+    assert main(["search", "x", "--strategy", "nope"]) == 2
+    assert "strategy 'nope'" in capsys.readouterr().err
+
+
+def test_cli_ground_verdicts(ingested, monkeypatch, capsys):
+    config, _ = ingested
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
+    assert main(["ground", "The fish market opens at dawn and closes when the ice runs out.", "--json"]) == 0
+    grounded = json.loads(capsys.readouterr().out)
+    by = {g["strategy"]: g for g in grounded["strategies"]}
+    assert by["recursive"]["verdict"] == "grounded" and by["recursive"]["score"] >= 0.7
+    assert main(["ground", "Quarterly tax filings for limited companies", "--threshold", "0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "unsupported" in out and "GROUNDED" not in out
+
+
+def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, capsys, tmp_path):
+    config, settings = ingested
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert main(["eval"]) == 0
+    out = capsys.readouterr().out
+    assert "recall" in out and "check recall_at_5_stable: passed" in out
+    lines = [line.split() for line in out.splitlines() if line.startswith(("recursive", "paragraph"))]
+    assert sorted((l[0], int(l[1])) for l in lines) == sorted(
+        (s, k) for s in ("recursive", "paragraph") for k in (1, 3, 5, 10))
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 8

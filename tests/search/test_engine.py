@@ -1,0 +1,130 @@
+"""Vector, keyword and hybrid search over a real DuckDB store; index upkeep on add/change/delete."""
+
+import pytest
+
+from search.engine import (
+    SearchError,
+    SearchIndex,
+    extension_path,
+    ground,
+    grounding_verdict,
+    reciprocal_rank_fusion,
+)
+from fixture_store import DOCS, MODEL_ID, bag_of_words, put_document
+
+
+@pytest.fixture
+def index(store):
+    idx = SearchIndex(store.path, MODEL_ID, embed=bag_of_words, context_chars=30)
+    yield idx
+    idx.close()
+
+
+def test_extensions_ship_in_their_packages():
+    for name in ("vss", "fts"):
+        path = extension_path(name)
+        assert path.name == f"{name}.duckdb_extension" and path.is_file()
+
+
+def test_vector_hit_is_located_in_its_document_with_its_context(index):
+    hits = index.search("boats harbour dark", mode="vector", k=2, strategy="sent")
+    top = hits[0]
+    assert (top.strategy, top.rank, top.doc_id) == ("sent", 1, "boats.txt")
+    assert top.text == "The harbour fills with boats before dark."
+    text = DOCS["boats.txt"]
+    assert text[top.char_start:top.char_end] == top.text
+    assert top.context_before == text[max(0, top.char_start - 30):top.char_start]
+    assert top.context_after == text[top.char_end:top.char_end + 30]
+    assert top.score == pytest.approx(1.0 - 0.0, abs=0.35) and top.score > hits[1].score
+    assert (top.page_start, top.page_end) == (0, 0)
+    para = index.search("boats harbour dark", mode="vector", k=1, strategy="para")[0]
+    assert para.heading_path == ["Top"]
+
+
+def test_keyword_search_is_bm25_with_stemming(index):
+    hits = index.search("knead", mode="keyword", k=3, strategy="sent")
+    assert [h.text for h in hits] == ["Knead the dough for ten minutes."]
+    # Porter stemming: "baking" matches "Bake".
+    assert index.search("baking", mode="keyword", k=3, strategy="sent")[0].text.startswith("Bake the loaf")
+    assert index.search("zeppelin", mode="keyword", k=3) == []
+
+
+def test_hybrid_fuses_both_rankings(index):
+    hits = index.search("ferry noon", mode="hybrid", k=3, strategy="sent")
+    assert hits[0].text == "The ferry leaves at noon."
+    # Both lists rank it first: 2 / (60 + 1).
+    assert hits[0].score == pytest.approx(2 / 61)
+
+
+def test_all_strategies_and_filters(index):
+    hits = index.search("bread flour", mode="vector", k=2)
+    assert {h.strategy for h in hits} == {"para", "sent"}
+    assert sum(h.strategy == "sent" for h in hits) == 2
+    only = index.search("bread flour", mode="vector", k=5, strategy="sent", doc_ids=["boats.txt"])
+    assert only and {h.doc_id for h in only} == {"boats.txt"}
+    folder = index.search("onions", mode="keyword", k=5, folder="kitchen/")
+    assert folder and {h.doc_id for h in folder} <= {"kitchen/bread.md", "kitchen/soup.md"}
+    assert index.search("onions", mode="keyword", k=5, folder="garden") == []
+
+
+def test_bad_requests_are_named(index):
+    with pytest.raises(SearchError, match="strategy 'nope'"):
+        index.search("x", strategy="nope")
+    with pytest.raises(SearchError, match="mode"):
+        index.search("x", mode="fuzzy")
+    no_model = SearchIndex(index.db_path, MODEL_ID)
+    with pytest.raises(SearchError, match="embedding model"):
+        no_model.search("x", mode="vector")
+    with pytest.raises(SearchError, match="no chunkyard database"):
+        SearchIndex(index.db_path.parent / "missing.duckdb", MODEL_ID).search("x", mode="keyword")
+
+
+def test_index_follows_documents_added_changed_and_deleted(index, store):
+    assert index.search("onions", mode="keyword", k=1, strategy="sent")[0].doc_id == "kitchen/soup.md"
+    builds = index.builds
+    index.search("onions", mode="keyword", k=1)
+    assert index.builds == builds  # nothing changed: no rebuild
+
+    put_document(store, "garden.txt", "Tomatoes ripen in the greenhouse. Water the onions at dawn.")
+    docs = {h.doc_id for h in index.search("onions", mode="keyword", k=5, strategy="sent")}
+    assert docs == {"kitchen/soup.md", "garden.txt"}
+    assert index.search("greenhouse tomatoes", mode="vector", k=1, strategy="sent")[0].doc_id == "garden.txt"
+
+    put_document(store, "garden.txt", "Roses climb the fence. Prune them in March.")
+    assert {h.doc_id for h in index.search("onions", mode="keyword", k=5)} == {"kitchen/soup.md"}
+    assert index.search("greenhouse", mode="keyword", k=5) == []
+    assert index.search("prune roses", mode="hybrid", k=1, strategy="sent")[0].doc_id == "garden.txt"
+
+    store.delete_document("garden.txt")
+    assert all(h.doc_id != "garden.txt" for h in index.search("prune roses fence", mode="hybrid", k=10))
+    assert index.builds == builds + 3
+
+
+def test_hnsw_index_agrees_with_exact_search_and_filters_still_give_k(store):
+    exact = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    hnsw = SearchIndex(store.path, MODEL_ID, embed=bag_of_words, vector_index="hnsw")
+    for query in ("boats harbour", "bread oven crust", "soup stock"):
+        a = exact.search(query, mode="vector", k=3, strategy="sent")
+        b = hnsw.search(query, mode="vector", k=3, strategy="sent")
+        assert (a[0].doc_id, a[0].chunk_index) == (b[0].doc_id, b[0].chunk_index)
+        assert [h.score for h in a] == pytest.approx([h.score for h in b])  # ties may swap ids
+    filtered = hnsw.search("bread", mode="vector", k=3, strategy="sent", folder="kitchen")
+    assert len(filtered) == 3 and all(h.doc_id.startswith("kitchen/") for h in filtered)
+
+
+def test_reciprocal_rank_fusion():
+    fused = reciprocal_rank_fusion([[(1, 0.9), (2, 0.8)], [(2, 5.0), (3, 4.0)]], k=3)
+    assert fused == [(2, pytest.approx(1 / 62 + 1 / 61)), (1, pytest.approx(1 / 61)), (3, pytest.approx(1 / 62))]
+
+
+def test_grounding_verdict_and_claims(index):
+    assert grounding_verdict([0.69, 0.5], 0.7) == (False, 0.69)
+    assert grounding_verdict([0.7], 0.7) == (True, 0.7)
+    assert grounding_verdict([], 0.7) == (False, 0.0)
+    results = {g.strategy: g for g in ground(index, "The ferry leaves at noon.", threshold=0.7, k=2)}
+    assert set(results) == {"para", "sent"}
+    assert results["sent"].grounded and results["sent"].score == pytest.approx(1.0, abs=1e-5)
+    assert len(results["sent"].evidence) == 2
+    unsupported = ground(index, "Quantum chromodynamics of gluons", threshold=0.7, strategy="sent")
+    assert [g.grounded for g in unsupported] == [False]
+    assert unsupported[0].to_json()["verdict"] == "unsupported"

@@ -1,0 +1,117 @@
+"""Eval sets, reference resolution, the evaluation over a store, the recall guard."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chunking.parsers import parse_document
+from fixture_store import DOCS, MODEL_ID, bag_of_words
+from resources.documents import clean_partition_key
+from search.engine import SearchIndex
+from search.evaluation import (
+    EvalSetError,
+    Question,
+    Reference,
+    evaluate,
+    load_eval_set,
+    markdown_table,
+    parse_eval_set,
+    previous_recall,
+    recall_drops,
+    record_report,
+    resolve_reference,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_examples_eval_set_references_are_verbatim_in_the_parsed_documents():
+    questions = load_eval_set(REPO / "eval" / "examples.jsonl")
+    assert len(questions) >= 10
+    docs = set()
+    for q in questions:
+        for ref in q.references:
+            path = REPO / "examples" / "docs" / ref.doc
+            assert clean_partition_key(ref.doc) == ref.doc, "doc must be the partition key"
+            text = parse_document(path, ref.doc).text
+            doc, start, end = resolve_reference(ref, text)
+            assert text[start:end] == ref.excerpt
+            docs.add(doc)
+    assert len(docs) == 4  # every example document is asked about
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", "expected"),
+    ('{"id": "a", "question": "q", "references": []}', "at least one reference"),
+    ('{"id": "a", "question": "q", "references": [{"doc": "x"}]}', "excerpt"),
+    ('{"id": "a", "question": "q", "references": [{"excerpt": "x"}]}', "'doc'"),
+])
+def test_malformed_eval_lines_are_named(line, message):
+    with pytest.raises(EvalSetError, match=rf"set\.jsonl:2: .*{message}"):
+        parse_eval_set('{"id": "ok", "question": "q", "references": [{"doc": "d", "excerpt": "e"}]}\n' + line,
+                       "set.jsonl")
+
+
+def test_duplicate_ids_are_rejected():
+    line = json.dumps({"id": "a", "question": "q", "references": [{"doc": "d", "char_start": 0, "char_end": 2}]})
+    with pytest.raises(EvalSetError, match="duplicate id 'a'"):
+        parse_eval_set(line + "\n" + line)
+
+
+def test_resolve_reference_by_excerpt_or_offsets():
+    text = "abc def abc"
+    assert resolve_reference(Reference("d", excerpt="abc"), text) == ("d", 0, 3)  # first occurrence
+    assert resolve_reference(Reference("d", char_start=4, char_end=7), text) == ("d", 4, 7)
+    with pytest.raises(ValueError, match="not found verbatim"):
+        resolve_reference(Reference("d", excerpt="xyz"), text)
+    with pytest.raises(ValueError, match="outside"):
+        resolve_reference(Reference("d", char_start=5, char_end=50), text)
+    with pytest.raises(ValueError, match="do not hold"):
+        resolve_reference(Reference("d", excerpt="def", char_start=0, char_end=3), text)
+    with pytest.raises(ValueError, match="not in the store"):
+        resolve_reference(Reference("gone", excerpt="abc"), None)
+
+
+def test_recall_drops_more_than_two_points_only():
+    previous = {"a": 0.80, "b": 0.80, "c": 0.5}
+    current = {"a": 0.78, "b": 0.7799, "c": 0.9, "new": 0.1}
+    assert recall_drops(previous, current) == {"b": (0.80, 0.7799)}
+
+
+def test_evaluate_scores_each_strategy_and_skips_unresolvable_questions(store):
+    index = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    sentence = "Knead the dough for ten minutes."
+    questions = [
+        Question("q1", sentence, (Reference("kitchen/bread.md", excerpt=sentence),)),
+        Question("q2", "missing", (Reference("kitchen/bread.md", excerpt="not in the text"),)),
+    ]
+    report = evaluate(index, questions, ks=(1, 3))
+    assert report.skipped == {"q2": "excerpt not found verbatim in 'kitchen/bread.md': 'not in the text'"}
+    sent = report.at(1)["sent"]
+    # The question is the sentence chunk itself: found first, exactly.
+    assert (sent.questions, sent.recall, sent.precision, sent.iou, sent.mrr, sent.ndcg) == (1, 1.0, 1.0, 1.0, 1.0, 1.0)
+    para = report.at(1)["para"]
+    text = DOCS["kitchen/bread.md"]
+    paragraph = text.split("\n\n")[0]
+    assert para.recall == 1.0 and para.precision == pytest.approx(len(sentence) / len(paragraph))
+    assert report.at(3)["sent"].precision < 1.0  # three sentences retrieved, one relevant
+    assert (sent.chunks, para.chunks) == (9, 5)
+    assert "| sent | 1 | 1.000 | 1.000 | 1.000 |" in markdown_table(report, ks=(1,))
+    index.close()
+
+
+def test_history_round_trip_gives_the_previous_recall(store):
+    index = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    q = Question("q1", "ferry noon", (Reference("boats.txt", excerpt="The ferry leaves at noon."),))
+    report = evaluate(index, [q], ks=(5,))
+    index.close()
+    assert previous_recall(store, eval_set="e.jsonl", mode="vector", model_id=MODEL_ID) == {}
+    for run_id, when in (("r1", "2026-01-01 00:00:00"), ("r2", "2026-01-02 00:00:00")):
+        record_report(store, report, run_id=run_id, eval_set="e.jsonl", eval_set_sha256="x", model_id=MODEL_ID,
+                      evaluated_at=when)
+    with store.connect() as con:
+        con.execute("UPDATE retrieval_eval SET recall = 0.25 WHERE run_id = 'r2' AND strategy = 'sent' AND k = 5")
+    assert previous_recall(store, eval_set="e.jsonl", mode="vector", model_id=MODEL_ID) == {
+        "para": 1.0, "sent": 0.25}
+    assert previous_recall(store, eval_set="other.jsonl", mode="vector", model_id=MODEL_ID) == {}
