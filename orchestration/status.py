@@ -24,7 +24,8 @@ class FolderStatus:
 
 
 def stored_status(con) -> list[FolderStatus]:
-    """What is stored, per documents folder and strategy, and which documents failed with what cause."""
+    """What is stored now (each document's current good parse), per documents folder and strategy,
+    and which documents failed with what cause."""
     folders: dict[str, dict[str, Any]] = {}
     for root, status, n in con.execute(
         "SELECT coalesce(source_root, ''), status, count(*) FROM documents GROUP BY ALL ORDER BY ALL"
@@ -33,8 +34,8 @@ def stored_status(con) -> list[FolderStatus]:
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
         WITH c AS (SELECT doc_id, strategy, count(*) AS chunks, max(token_count) AS max_tokens
-                   FROM chunks GROUP BY ALL),
-             e AS (SELECT doc_id, strategy, count(*) AS embeddings FROM embeddings GROUP BY ALL)
+                   FROM current_chunks GROUP BY ALL),
+             e AS (SELECT doc_id, strategy, count(*) AS embeddings FROM current_embeddings GROUP BY ALL)
         SELECT coalesce(d.source_root, ''), c.strategy, count(*), sum(c.chunks),
                coalesce(sum(e.embeddings), 0), max(c.max_tokens)
         FROM c JOIN documents d USING (doc_id) LEFT JOIN e USING (doc_id, strategy)
