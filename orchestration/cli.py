@@ -106,6 +106,7 @@ def ingest(args: argparse.Namespace) -> int:
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
+    from orchestration.runlock import documents_in_flight
     from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
     from resources.documents import source_fingerprint
 
@@ -143,6 +144,14 @@ def ingest(args: argparse.Namespace) -> int:
         selected = set(changes.to_process) | set(
             plan_refresh(ordered, materialized, graph_order, stale,
                          recorded_failures(store, current, folder.document_limits())))
+
+    # Runs the UI's sensors started before this run took the lock own their documents.
+    owned = {doc: run_id for doc, run_id in documents_in_flight(instance, ordered).items() if doc in selected}
+    if owned:
+        selected -= set(owned)
+        print(f"chunkyard: {len(owned)} document(s) left to run(s) already queued or in progress: "
+              + ", ".join(f"{doc} ({run_id[:8]})" for doc, run_id in sorted(owned.items())[:10])
+              + (" ..." if len(owned) > 10 else ""), flush=True)
 
     job = reconstructable(definitions.ingest_job)
     tally = RunTally()

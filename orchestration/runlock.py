@@ -103,3 +103,43 @@ def _acquire(fd: int, home: str | Path) -> None:
 def _read_pid(fd: int) -> int | None:
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
+
+
+# -- runs that already own documents -----------------------------------------------------
+#
+# The lock stops the sensor from requesting new runs while the CLI works, but runs
+# it requested before the CLI started may still be queued or running. Their
+# documents belong to them: the CLI leaves those documents alone (and says so)
+# rather than process them a second time beside them.
+
+PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+def documents_of_run(tags: dict[str, str], ordered: list[str]) -> set[str]:
+    """The document partitions a run targets, from its tags: one partition, or a range whose
+    ends are inclusive in the partition order ``ordered``; none for an unpartitioned run."""
+    if PARTITION_TAG in tags:
+        return {tags[PARTITION_TAG]}
+    start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+    if start is None or end is None:
+        return set()
+    position = {key: i for i, key in enumerate(ordered)}
+    if start not in position or end not in position:
+        # A range over partitions this folder no longer lists: only its named ends are known.
+        return {start, end} & set(ordered)
+    return set(ordered[position[start]:position[end] + 1])
+
+
+def documents_in_flight(instance, ordered: list[str]) -> dict[str, str]:
+    """document -> id of a queued or running run of this instance that targets it."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                 DagsterRunStatus.STARTED]
+    owners: dict[str, str] = {}
+    for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)):
+        for doc in documents_of_run(run.tags, ordered):
+            owners.setdefault(doc, run.run_id)
+    return owners

@@ -68,6 +68,17 @@ def test_run_twice_then_force_embeds_nothing_new(tmp_path, docs_dir):
     assert figure(r"new embeddings: (\d+)", forced) == 0
     assert figure(r"cache hits: (\d+)", forced) > 0
 
+    # A run the UI's sensor started before this CLI took the lock still owns its document:
+    # the CLI leaves it alone (and says so) instead of processing it a second time beside it.
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        sensor_run = instance.add_run(DagsterRun(
+            job_name="ingest_job", status=DagsterRunStatus.STARTED, tags={"dagster/partition": "empty.txt"}))
+    owned = run_cli(tmp_path, docs_dir, "--force")  # the bad file is not retried here: exit 0
+    assert f"1 document(s) left to run(s) already queued or in progress: empty.txt ({sensor_run.run_id[:8]})" in owned
+    assert "empty.txt alone" not in owned and "empty.txt  [" not in owned
+
     with duckdb.connect(str(tmp_path / "chunkyard.duckdb"), read_only=True) as con:
         bad = con.execute(
             """

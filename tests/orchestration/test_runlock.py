@@ -89,3 +89,41 @@ def test_a_cli_run_on_a_second_folder_stops_before_writing(tmp_path, docs_dir):
     with store.connect(read_only=True) as con:
         assert con.execute("SELECT doc_id, source_root, sha256 FROM documents").fetchall() == [
             ("alpha.md", str(first_root), "sha-first")]
+
+
+# -- runs the UI's sensors started before the CLI took the lock own their documents ---------
+
+
+def test_documents_of_run_reads_one_partition_or_an_inclusive_range():
+    from orchestration.runlock import documents_of_run
+
+    ordered = ["a.md", "b.md", "c.md", "d.md"]
+    assert documents_of_run({"dagster/partition": "c.md"}, ordered) == {"c.md"}
+    assert documents_of_run({"dagster/asset_partition_range_start": "b.md",
+                             "dagster/asset_partition_range_end": "d.md"}, ordered) == {"b.md", "c.md", "d.md"}
+    assert documents_of_run({}, ordered) == set()  # unpartitioned (strategy_stats, retrieval_eval)
+    # A range whose start this folder no longer lists: only the ends it still lists.
+    assert documents_of_run({"dagster/asset_partition_range_start": "gone.md",
+                             "dagster/asset_partition_range_end": "d.md"}, ordered) == {"d.md"}
+
+
+def test_only_queued_or_running_runs_own_documents(instance):
+    from dagster import DagsterRun, DagsterRunStatus
+
+    from orchestration.runlock import documents_in_flight
+
+    ordered = ["a.md", "b.md", "c.md", "d.md"]
+    runs = {
+        # (a QUEUED run needs a code-location origin to be stored; NOT_STARTED waits the same way)
+        "waiting": (DagsterRunStatus.NOT_STARTED, {"dagster/partition": "a.md"}),
+        "started": (DagsterRunStatus.STARTED, {"dagster/asset_partition_range_start": "c.md",
+                                               "dagster/asset_partition_range_end": "d.md"}),
+        "done": (DagsterRunStatus.SUCCESS, {"dagster/partition": "b.md"}),
+        "failed": (DagsterRunStatus.FAILURE, {"dagster/partition": "b.md"}),
+    }
+    ids = {}
+    for name, (status, tags) in runs.items():
+        run = instance.add_run(DagsterRun(job_name="ingest_job", status=status, tags=tags))
+        ids[name] = run.run_id
+    owners = documents_in_flight(instance, ordered)
+    assert owners == {"a.md": ids["waiting"], "c.md": ids["started"], "d.md": ids["started"]}
