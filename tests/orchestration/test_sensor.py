@@ -1,9 +1,6 @@
 """The documents sensor: add, change, delete, and a restart that does not re-run everything."""
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -119,22 +116,8 @@ def test_sidecars_and_hidden_files_are_not_documents(docs_dir):
 # -- one owner per document run (issue 11.8) -----------------------------------------------
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def hold_run_lock(home) -> subprocess.Popen:
-    """Another process holding the CLI's run lock on this instance, as `make run` does."""
-    code = f"""
-        import sys
-        from orchestration.runlock import run_lock
-        with run_lock({str(home)!r}):
-            print("ready", flush=True)
-            sys.stdin.readline()
-    """
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-    return proc
+# Another process holding the CLI's run lock on this instance, as `make run` does.
+from tests.orchestration.test_runlock import hold as hold_run_lock  # noqa: E402
 
 
 def test_the_sensor_skips_while_a_cli_run_holds_the_lock(instance, resources, docs_dir):
