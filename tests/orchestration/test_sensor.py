@@ -1,7 +1,6 @@
 """The documents sensor: add, change, delete, and a restart that does not re-run everything."""
 
 import json
-from pathlib import Path
 
 import pytest
 from dagster import (
