@@ -148,9 +148,34 @@ DDL: tuple[str, ...] = (
     """,
     """
     CREATE VIEW IF NOT EXISTS current_embeddings AS
+    -- By position, not by text hash: a strategy embedded with its context (title and
+    -- heading path prepended) stores the hash of the text the model read.
     SELECT e.*
     FROM embeddings e
-    JOIN current_chunks c USING (doc_id, strategy, chunk_index, text_sha256)
+    JOIN current_chunks c USING (doc_id, strategy, chunk_index)
+    """,
+    # Retrieval evaluation history (search/evaluation.py, assets/evaluation.py): one row per
+    # evaluation run, strategy and k; never updated, so earlier runs stay comparable.
+    """
+    CREATE TABLE IF NOT EXISTS retrieval_eval (
+        run_id           VARCHAR   NOT NULL,  -- the Dagster run (or the CLI's own id)
+        evaluated_at     TIMESTAMP NOT NULL,
+        eval_set         VARCHAR   NOT NULL,  -- path as configured
+        eval_set_sha256  VARCHAR   NOT NULL,
+        mode             VARCHAR   NOT NULL,  -- vector | keyword | hybrid
+        model_id         VARCHAR   NOT NULL,
+        strategy         VARCHAR   NOT NULL,
+        k                INTEGER   NOT NULL,
+        questions        INTEGER   NOT NULL,  -- questions scored (unresolvable references left out)
+        recall           DOUBLE    NOT NULL,  -- character-level, mean over questions
+        precision        DOUBLE    NOT NULL,
+        iou              DOUBLE    NOT NULL,
+        mrr              DOUBLE    NOT NULL,
+        ndcg             DOUBLE    NOT NULL,
+        chunks           BIGINT    NOT NULL,  -- the strategy's searchable chunks
+        tokens           BIGINT    NOT NULL,  -- their summed token_count (the embedding cost)
+        PRIMARY KEY (run_id, strategy, k)
+    )
     """,
 )
 
@@ -199,29 +224,6 @@ V1_EMBEDDING_TABLES_DDL: tuple[str, ...] = (
         dim           INTEGER NOT NULL,
         embedding     FLOAT[] NOT NULL,
         PRIMARY KEY (model_id, text_sha256)
-    )
-    """,
-    # Retrieval evaluation history (search/evaluation.py, assets/evaluation.py): one row per
-    # evaluation run, strategy and k; never updated, so earlier runs stay comparable.
-    """
-    CREATE TABLE IF NOT EXISTS retrieval_eval (
-        run_id           VARCHAR   NOT NULL,  -- the Dagster run (or the CLI's own id)
-        evaluated_at     TIMESTAMP NOT NULL,
-        eval_set         VARCHAR   NOT NULL,  -- path as configured
-        eval_set_sha256  VARCHAR   NOT NULL,
-        mode             VARCHAR   NOT NULL,  -- vector | keyword | hybrid
-        model_id         VARCHAR   NOT NULL,
-        strategy         VARCHAR   NOT NULL,
-        k                INTEGER   NOT NULL,
-        questions        INTEGER   NOT NULL,  -- questions scored (unresolvable references left out)
-        recall           DOUBLE    NOT NULL,  -- character-level, mean over questions
-        precision        DOUBLE    NOT NULL,
-        iou              DOUBLE    NOT NULL,
-        mrr              DOUBLE    NOT NULL,
-        ndcg             DOUBLE    NOT NULL,
-        chunks           BIGINT    NOT NULL,  -- the strategy's searchable chunks
-        tokens           BIGINT    NOT NULL,  -- their summed token_count (the embedding cost)
-        PRIMARY KEY (run_id, strategy, k)
     )
     """,
 )

@@ -64,7 +64,7 @@ def test_context_embedding_changes_only_what_is_embedded(ingested):
     with duckdb.connect(settings.db_path, read_only=True) as con:
         rows = con.execute(
             """SELECT c.strategy, c.text, c.heading_path, c.text_sha256 = e.text_sha256,
-                      e.text_sha256 IN (SELECT text_sha256 FROM embedding_cache)
+                      e.text_sha256 IN (SELECT text_sha256 FROM embedding_vectors)
                FROM chunks c JOIN embeddings e USING (doc_id, strategy, chunk_index)
                WHERE c.doc_id = 'guide.md'"""
         ).fetchall()
