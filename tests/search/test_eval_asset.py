@@ -76,3 +76,21 @@ def test_retrieval_eval_materializes_scores_history_and_warns_on_a_recall_drop(e
     assert all(f"{s} " in check.description for s in STRATEGIES)
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT run_id) FROM retrieval_eval").fetchone()[0] == 2
+
+
+def test_an_eval_set_about_other_documents_is_reported_not_failed(eval_project, instance):
+    # "Materialize all" in the UI includes retrieval_eval: on a folder the eval set does not
+    # cover, it says so on the asset instead of failing the user's run.
+    project, settings = eval_project
+    instance.add_dynamic_partitions("documents", ["alpha.md"])
+    job = project.defs.resolve_job_def(INGEST_JOB)
+    assert job.execute_in_process(instance=instance, partition_key="alpha.md").success
+    with duckdb.connect(settings.db_path) as con:  # nothing the eval set asks about is stored now
+        con.execute("UPDATE documents SET status = 'error'")
+    result = materialize_eval(project, instance)
+    assert result.success
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("retrieval_eval")[0].metadata.items()}
+    assert meta["questions"] == 0 and meta["skipped_questions"] > 0
+    assert "not in this store" in meta["not_evaluated"] and "eval_set" in meta["not_evaluated"]
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 0  # no history row
