@@ -61,6 +61,12 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
+    # The strategies' own notes (e.g. P falling back to R for a block with no anchor line)
+    # are about how a document was chunked, not failures: they would interleave with the
+    # progress lines. Failures reach the terminal through the run's events instead.
+    import logging
+
+    logging.getLogger("chunking").setLevel(logging.ERROR)
 
 
 def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: int) -> list[list[str]]:
