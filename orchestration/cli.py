@@ -453,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     from resources.store import SourceRootConflict, StoreLockedError
 
     args = build_parser().parse_args(argv)
+    quiet_libraries()  # every verb: search/ground/eval load the model too
     try:
         return args.handler(args)
     except CliError as exc:
