@@ -28,7 +28,7 @@ An older file is migrated when it is first opened for writing: the steps in
 ``MIGRATIONS`` from its version up run in one transaction with the version bump.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 EMBEDDING_VECTORS_DDL = """
     CREATE TABLE IF NOT EXISTS embedding_vectors (
@@ -98,6 +98,10 @@ DDL: tuple[str, ...] = (
         char_start      BIGINT,
         char_end        BIGINT,
         positions       JSON,
+        -- the document title's block (sidecar is_title_block): P keeps its level 0.
+        -- Nullable with a default, as migration 2 -> 3 can add it (DuckDB adds no
+        -- column with a constraint); the writer always writes true or false.
+        is_title_block  BOOLEAN DEFAULT false,
         PRIMARY KEY (doc_id, block_index)
     )
     """,
@@ -200,6 +204,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE embeddings",
         "DROP TABLE embedding_cache",
     ),
+    # 2 -> 3: blocks gain is_title_block; blocks stored before it was kept are not titles.
+    2: ("ALTER TABLE blocks ADD COLUMN IF NOT EXISTS is_title_block BOOLEAN DEFAULT false",),
 }
 
 # The version-1 layout of the two tables migration 1 replaces, as shipped in schema
@@ -227,3 +233,22 @@ V1_EMBEDDING_TABLES_DDL: tuple[str, ...] = (
     )
     """,
 )
+
+# The blocks table as shipped in schema versions 1 and 2 (before is_title_block):
+# kept so tests can build a version-2 file and migrate it.
+V2_BLOCKS_DDL = """
+    CREATE TABLE blocks (
+        doc_id          VARCHAR NOT NULL,
+        block_index     INTEGER NOT NULL,
+        block_id        VARCHAR,
+        heading         VARCHAR NOT NULL,
+        level           INTEGER NOT NULL,
+        parent_headings VARCHAR[] NOT NULL,
+        content         VARCHAR NOT NULL,
+        session_type    VARCHAR NOT NULL,
+        char_start      BIGINT,
+        char_end        BIGINT,
+        positions       JSON,
+        PRIMARY KEY (doc_id, block_index)
+    )
+"""

@@ -45,7 +45,7 @@ PAGE_COLUMNS = (("doc_id", "VARCHAR"), ("page_num", "INTEGER"), ("char_offset", 
 BLOCK_COLUMNS = (
     ("doc_id", "VARCHAR"), ("block_index", "INTEGER"), ("block_id", "VARCHAR"), ("heading", "VARCHAR"),
     ("level", "INTEGER"), ("parent_headings", "VARCHAR[]"), ("content", "VARCHAR"), ("session_type", "VARCHAR"),
-    ("char_start", "BIGINT"), ("char_end", "BIGINT"), ("positions", "JSON"),
+    ("char_start", "BIGINT"), ("char_end", "BIGINT"), ("positions", "JSON"), ("is_title_block", "BOOLEAN"),
 )
 TABLE_COLUMNS = (
     ("doc_id", "VARCHAR"), ("table_id", "VARCHAR"), ("table_format", "VARCHAR"), ("table_header", "VARCHAR"),
@@ -257,6 +257,7 @@ class ChunkStore:
             (
                 doc.doc_id, b.index, b.block_id, b.heading, b.level, list(b.parent_headings), b.content,
                 b.session_type, b.char_start, b.char_end, json.dumps(b.positions, ensure_ascii=False),
+                bool(b.is_title_block),
             )
             for b in doc.blocks
         ]
@@ -320,11 +321,11 @@ class ChunkStore:
                 Block(
                     index=r[0], block_id=r[1], heading=r[2], level=r[3], parent_headings=list(r[4]),
                     content=r[5], session_type=r[6], char_start=r[7], char_end=r[8],
-                    positions=json.loads(r[9]) if r[9] else [],
+                    positions=json.loads(r[9]) if r[9] else [], is_title_block=bool(r[10]),
                 )
                 for r in con.execute(
                     """SELECT block_index, block_id, heading, level, parent_headings, content,
-                              session_type, char_start, char_end, positions
+                              session_type, char_start, char_end, positions, is_title_block
                        FROM blocks WHERE doc_id = ? ORDER BY block_index""",
                     [doc_id],
                 ).fetchall()

@@ -108,7 +108,7 @@ V1_EMBEDDINGS = [
 def test_a_version_1_file_is_migrated_with_every_vector(store):
     make_v1_database(store.path)
     store.initialize()
-    assert query(store, "SELECT value FROM schema_info WHERE key = 'schema_version'") == [("2",)]
+    assert query(store, "SELECT value FROM schema_info WHERE key = 'schema_version'") == [(str(schema.SCHEMA_VERSION),)]
     assert query(store, "SELECT * FROM embeddings ORDER BY doc_id, chunk_index") == V1_EMBEDDINGS
     assert query(store, "SELECT text_sha256 FROM embedding_vectors ORDER BY 1") == [("h0",), ("h1",), ("old",)]
     kinds = dict(query(store, "SELECT table_name, table_type FROM information_schema.tables"))
