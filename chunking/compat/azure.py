@@ -9,13 +9,14 @@ Code written against that module runs unchanged after an import change::
         print(chunk.page_num, chunk.text)
 
 The work is done by chunkyard's ``sentence`` strategy in ``reference_mode`` (its
-module docstring lists what that mode reproduces: cuts after every ``. ! ?``
-even inside ``word.next``, whitespace kept, joined-text token counts, the
-one-character look-ahead overlap extension) and by ``simple``'s slicing, with the
-slice index reported as ``page_num`` as the reference does. Kept from chunkyard
-on purpose, because the reference loses or duplicates text there: cross-page
-repair never drops a fragment, the midpoint overlap of a boundary-less run is
-taken once (not compounded per recursion level). Token counts are
+module docstring lists what that mode reproduces) and by ``simple``'s slicing,
+with the slice index reported as ``page_num`` as the reference does. The output
+is byte-identical to the reference's 2025 ``SentenceTextSplitter`` on the seed's
+examples and the corpus PDFs (``tests/chunking/test_compat_azure_reference_outputs.py``)
+except where the reference scrambles text: when a fragment carried across a page
+break does not fit, the reference trims it and puts the rest before it; chunkyard
+carries it whole and in order. The midpoint overlap of a boundary-less run is taken
+once (the reference compounds it per recursion level). Token counts are
 ``len(cl100k_base.encode(text))`` from the offline encoding, and text containing
 ``<|endoftext|>`` is counted as ordinary text instead of raising.
 """

@@ -57,21 +57,27 @@ Where we differ from the seed's reference, on purpose:
   compounds at every level: a 2 MB run without a boundary came out ~10x larger).
 * ``<|endoftext|>`` and similar text counts as ordinary text (the reference raises).
 
-``reference_mode=True`` (what ``chunking.compat.azure`` runs) gives up the first
-four of those choices to reproduce the reference: spans end after every run of
-``sentence_endings`` and the whitespace after it (``word.next``, ``0.95`` and
-``Dr.`` included, also as recursive-split boundaries); chunks keep their leading
-and trailing whitespace, trimmed only by the seed's normalization (leading spaces
-when they alone overflow the soft budget, trailing whitespace when it makes an
-overflow of at most 3 characters); the accumulator and the page-join test count
-the tokens of the text they would emit, not a sum of span counts (a span's
-trailing space is a token of its own but merges into the next word in context:
-37 against 32 tokens in one case); and the look-ahead overlap extends one
-character at a time from the 10% target, stopping after a sentence ending, or
-after a word break once more than 20 characters past the target (else the
-target slice trimmed to a word break). The other choices (cross-page repair,
-overlap safety, compounding midpoint overlap, offsets) stay as above, since they
-fix lost or duplicated text.
+``reference_mode=True`` (what ``chunking.compat.azure`` runs) reproduces the
+reference (its 2025 code, checked byte for byte against its outputs in
+``tests/chunking/test_compat_azure_reference_outputs.py``): spans end just after
+every sentence-ending character (``word.next``, ``0.95``, ``Dr.``; ``...`` is three
+spans) and the whitespace after an ending starts the next span; the accumulator
+sums span counts (close to the text's count, as a leading space merges into the
+next word) and a piece of an oversized span is a chunk of its own; a figure joins
+whatever was accumulated before it; chunks keep their whitespace, trimmed only by
+the reference's normalization (leading spaces one at a time while over the soft
+budget, then trailing whitespace when at most 3 characters over); a page's first
+chunk is merged into the previous page's last when that does not end on an ending
+character and this one starts lowercase, not with ``#`` and without a figure in
+its first 20 characters; the look-ahead overlap is computed page by page (before
+the next page can change a page's last chunk), from the first 10% of the next
+chunk extended one character at a time up to twice that, stopping after an ending
+or after a word break more than 20 characters past the target (else trailing
+alphanumerics dropped), appended directly and shrunk as the reference shrinks it;
+the recursive split scans the same window. Kept, because the reference loses or
+scrambles text there: cross-page carry-forward moves the whole fragment (the
+reference trims it and puts the rest before it, out of order) and the midpoint
+overlap of a boundary-less run is taken once (the reference compounds it).
 """
 
 from __future__ import annotations
@@ -143,6 +149,7 @@ class Unit:
     page: int  # index into doc.pages
     tokens: int
     figure: bool = False
+    piece: bool = False  # a piece of an oversized span (reference mode emits each alone)
 
 
 @dataclass
@@ -171,11 +178,20 @@ def chunk_sentence(
     drafts: list[_Draft] = []
     for index, page in enumerate(doc.pages):
         page_drafts = splitter.page_drafts(splitter.page_units(index, page.char_offset, page.char_offset + len(page.text)))
+        previous = drafts[-1] if drafts else None
         if drafts and page_drafts:
             splitter.repair_boundary(drafts, page_drafts)
+        if config.reference_mode and page_drafts:
+            # The reference overlaps page by page: the previous page's last chunk with this
+            # page's first, then within the page, before the next page can change the
+            # page's last chunk (a short last chunk is copied whole into the one before).
+            page_drafts = [d for d in page_drafts if splitter.assemble(d)]
+            held = [drafts[-1]] if drafts and drafts[-1] is previous and splitter.assemble(previous) else []
+            splitter.add_semantic_overlap(held + page_drafts)
         drafts.extend(page_drafts)
     drafts = [d for d in drafts if splitter.assemble(d)]
-    splitter.add_semantic_overlap(drafts)
+    if not config.reference_mode:
+        splitter.add_semantic_overlap(drafts)
     return attach_provenance(doc, splitter.to_chunks(doc, drafts))
 
 
@@ -245,7 +261,7 @@ class _Splitter:
             if is_figure or n <= self.cap:
                 units.append(Unit(s, e, page, n, is_figure))
                 continue
-            units.extend(Unit(ps, pe, page, pn) for ps, pe, pn in self.split_oversized(s, e))
+            units.extend(Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e))
         return units
 
     def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -254,8 +270,9 @@ class _Splitter:
         return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
-        """The reference's spans: cut after every run of sentence endings (``word.next``,
-        ``0.95`` and ``Dr.`` too) and the whitespace after it, which the span keeps."""
+        """The reference's spans: cut just after every sentence-ending character
+        (``word.next``, ``0.95`` and ``Dr.`` too; ``...`` is three spans); the
+        whitespace after an ending starts the next span."""
         cuts = [m.end() for m in self.reference_cut_pattern.finditer(self.text, start, end) if m.end() < end]
         bounds = [start, *cuts, end]
         return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
@@ -263,7 +280,7 @@ class _Splitter:
     @cached_property
     def reference_cut_pattern(self) -> re.Pattern[str]:
         endings = "".join(re.escape(c) for c in sorted(self.endings) if len(c) == 1)
-        return re.compile(f"[{endings}]+\\s*" if endings else "(?!)")
+        return re.compile(f"[{endings}]" if endings else "(?!)")
 
     def split_oversized(
         self,
@@ -285,6 +302,9 @@ class _Splitter:
         length = end - start
         middle = start + length // 2
         lo, hi = start + length // 3, end - length // 3
+        if self.config.reference_mode:
+            # The reference scans outward from the midpoint while ``mid - pos > length // 3``.
+            lo, hi = start + length // 3 + 1, start + 2 * (length // 2) - length // 3
         boundaries = boundaries or self.boundary_positions(start, end)
         sentence_ends, word_breaks = boundaries
         cut = _nearest(sentence_ends, middle, lo, hi)
@@ -333,20 +353,26 @@ class _Splitter:
         groups: list[list[Unit]] = []
         acc: list[Unit] = []
         chars = tokens = 0
+        reference = self.config.reference_mode
         for unit in units:
             if unit.figure:
-                # Attach to the text before it, if there is any text.
-                groups.append([*acc, unit] if any(self.text[u.start : u.end].strip() for u in acc) else [unit])
+                # Attach to the text before it, if there is any text (the reference: any accumulated span).
+                has_text = bool(acc) if reference else any(self.text[u.start : u.end].strip() for u in acc)
+                groups.append([*acc, unit] if has_text else [unit])
+                acc, chars, tokens = [], 0, 0
+                continue
+            if reference and unit.piece:
+                # The reference emits each piece of an oversized span as a chunk of its own.
+                if acc:
+                    groups.append(acc)
+                groups.append([unit])
                 acc, chars, tokens = [], 0, 0
                 continue
             size = unit.end - unit.start
             overlapping = bool(acc) and unit.start < acc[-1].end  # midpoint-overlap pieces never share
-            if self.config.reference_mode:
-                # The reference measures the text it would emit, not a sum of span counts
-                # (a span's trailing space is a token alone but merges into the next word).
-                grown = self.count(self.join([*acc, unit])) if acc else unit.tokens
-            else:
-                grown = tokens + unit.tokens
+            # Sum of span counts (the reference's too: its spans start with the whitespace
+            # after an ending, which merges into the next word, so the sum is close).
+            grown = tokens + unit.tokens
             if acc and (overlapping or chars + size > self.config.max_section_length or grown > self.cap):
                 groups.append(acc)
                 acc, chars, tokens = [], 0, 0
@@ -364,7 +390,19 @@ class _Splitter:
         """Re-stitch a sentence cut by the page break between ``drafts[-1]`` and ``page_drafts[0]``."""
         prev, nxt = drafts[-1], page_drafts[0]
         prev_text, next_text = self.join(prev.units).strip(), self.join(nxt.units).strip()
-        if (
+        if self.config.reference_mode:
+            # The reference's test: the previous chunk does not end on an ending character,
+            # the next starts lowercase, not with "#", and no figure in its first 20 characters;
+            # a figure later in the next chunk does not prevent the merge.
+            if (
+                not prev_text
+                or prev_text[-1] in self.endings
+                or next_text.startswith("#")
+                or not next_text[:1].islower()
+                or "<figure" in next_text[:20].lower()
+            ):
+                return
+        elif (
             prev.figure
             or nxt.units[0].figure
             or not prev_text
@@ -373,7 +411,7 @@ class _Splitter:
             or looks_like_heading(next_text)
         ):
             return
-        if not nxt.figure and self.fits(prev.units + nxt.units):
+        if (self.config.reference_mode or not nxt.figure) and self.fits(prev.units + nxt.units):
             prev.units = prev.units + nxt.units
             del page_drafts[0]
             return
@@ -442,14 +480,16 @@ class _Splitter:
     def normalize(self, text: str) -> str:
         """The reference's normalization (reference mode): trim only whitespace that makes a small overflow.
 
-        Leading spaces go when they alone put the chunk over the soft budget;
-        trailing whitespace goes when the chunk is at most 3 characters over it
-        because of that whitespace alone.
+        Leading spaces go one at a time while the chunk is over the soft budget;
+        then trailing whitespace goes when the chunk is at most 3 characters over it
+        and ends with a space or newline.
         """
         limit = self.config.soft_limit
-        if len(text) > limit and len(text.lstrip(" ")) <= limit:
-            text = text.lstrip(" ")
-        if 0 < len(text) - limit <= 3 and len(text.rstrip()) <= limit:
+        if len(text) <= limit:
+            return text
+        while text.startswith(" ") and len(text) > limit:  # one at a time, as the reference
+            text = text[1:]
+        if 0 < len(text) - limit <= 3 and text.endswith((" ", "\n")):
             text = text.rstrip()
         return text
 
@@ -460,14 +500,35 @@ class _Splitter:
         if target <= 0:
             return
         for current, following in zip(drafts, drafts[1:]):
-            if current.figure or following.figure:
-                continue
-            if current.home != following.home and not self.continues_across_pages(current.text, following.text):
-                continue
+            if self.config.reference_mode:
+                if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
+                    continue
+                if current.home == following.home and "<figure" in following.text.lower():
+                    continue
+                if current.home != following.home and not self.reference_continues(current.text, following.text):
+                    continue
+            else:
+                if current.figure or following.figure:
+                    continue
+                if current.home != following.home and not self.continues_across_pages(current.text, following.text):
+                    continue
             prefix = self.overlap_prefix(following.text, target)
             if not prefix or current.text.endswith(prefix):
                 continue
             self.append_overlap(current, following, prefix)
+
+    def reference_continues(self, text: str, next_text: str) -> bool:
+        """The reference's test for a look-ahead overlap across a page break: the chunk does
+        not end on a sentence-ending character and the next starts lowercase (a heading-like
+        first line never does: the reference's heading tests need an uppercase, digit or
+        marker start)."""
+        if "<figure" in next_text[:40].lower():
+            return False
+        last = text.rstrip()[-1:]
+        if last in self.endings:
+            return False
+        first = next_text.lstrip()[:1]
+        return bool(first) and first.islower()
 
     def continues_across_pages(self, text: str, next_text: str) -> bool:
         return not ends_with_sentence_ending(text) and next_text[:1].islower() and not looks_like_heading(next_text)
@@ -478,17 +539,21 @@ class _Splitter:
         return self.native_overlap_prefix(text, target)
 
     def reference_overlap_prefix(self, text: str, target: int) -> str:
-        """The reference's look-ahead: from ``target`` characters, extend one character at a
-        time, stopping after a sentence ending, or after a word break once more than 20
-        characters past the target; with neither before the end of ``text``, the target
-        slice trimmed back to its last word break."""
-        if len(text) <= target:
+        """The reference's look-ahead: the first ``target`` characters (none when they are
+        blank; all of ``text`` when it is that short), extended one character at a time up
+        to twice the target, stopping after a sentence ending, or after a word break at
+        index ``i`` once ``i - target > 20``; without such a stop, the trailing
+        alphanumeric characters past the target are dropped."""
+        if not text[:target].strip():
             return ""
-        for end in range(target, len(text)):
-            char = text[end]
-            if char in self.endings or (char in self.breaks and end + 1 - target > REFERENCE_OVERLAP_WORD_SLACK):
-                return text[: end + 1]
-        return self.trim_partial_word(text[:target])
+        for i in range(target, min(len(text), 2 * target)):
+            char = text[i]
+            if char in self.endings or (char in self.breaks and i - target > REFERENCE_OVERLAP_WORD_SLACK):
+                return text[: i + 1]
+        prefix = text[: min(len(text), 2 * target)]
+        while prefix and prefix[-1].isalnum() and len(prefix) > target:
+            prefix = prefix[:-1]
+        return prefix
 
     def native_overlap_prefix(self, text: str, target: int) -> str:
         """About ``target`` chars from the start of ``text``, ended on a natural break.
@@ -532,9 +597,8 @@ class _Splitter:
     def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
         if self.config.reference_mode:
-            # The chunk keeps its trailing whitespace: join directly, or with a space between words.
-            joiner = " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
-            current_tokens = self.count(current.text)
+            self.append_reference_overlap(current, following, prefix)
+            return
         else:
             joiner = self.overlap_joiner(current, following, prefix)
             current_tokens = current.tokens
@@ -546,6 +610,24 @@ class _Splitter:
                 current.overlap_end = self.source_end_of_prefix(following, prefix)
                 return
             prefix = self.trim_partial_word(prefix)
+
+    def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
+        """The reference's append: the prefix joined directly; over the tolerant budget or
+        the cap (the joined text counted), it shrinks from its end by as many characters
+        as the position of its first break or ending plus one (one without a break)."""
+        limit = self.config.soft_limit
+
+        def fits(extra: str) -> bool:
+            candidate = current.text + extra
+            return len(candidate) <= limit and self.count(candidate) <= self.cap
+
+        shrink = prefix
+        while shrink and not fits(shrink):
+            cut = next((i + 1 for i, ch in enumerate(shrink) if ch in self.breaks or ch in self.endings), 1)
+            shrink = shrink[:-cut] if cut < len(shrink) else ""
+        if shrink:
+            current.overlap = shrink
+            current.overlap_end = self.source_end_of_prefix(following, shrink)
 
     def overlap_joiner(self, current: _Draft, following: _Draft, prefix: str) -> str:
         """The whitespace that separated the two chunks in the source, else a safe space."""

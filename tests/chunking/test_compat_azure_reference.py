@@ -21,36 +21,53 @@ SENTENCES = " ".join(f"Sentence number {i} talks about topic {i} with several ex
 
 
 def reference_overlap(next_text: str, target: int, endings, breaks) -> str:
-    """The seed's look-ahead rule, written out on its own: extend one character at a time past the
-    target, stop after a sentence ending, or after a word break more than 20 characters past it."""
-    for end in range(target, len(next_text)):
-        if next_text[end] in endings or (next_text[end] in breaks and end + 1 - target > 20):
-            return next_text[: end + 1]
-    raise AssertionError("no stop found")
+    """The reference's look-ahead rule (2025 code), written out on its own: the first ``target``
+    characters, extended one character at a time up to twice the target, stopping after a sentence
+    ending or after a word break at index ``i`` once ``i - target > 20``; without a stop, trailing
+    alphanumerics past the target are dropped."""
+    for i in range(target, min(len(next_text), 2 * target)):
+        if next_text[i] in endings or (next_text[i] in breaks and i - target > 20):
+            return next_text[: i + 1]
+    prefix = next_text[: 2 * target]
+    while prefix and prefix[-1].isalnum() and len(prefix) > target:
+        prefix = prefix[:-1]
+    return prefix
 
 
 def test_overlap_extends_to_a_sentence_end_or_a_word_break_past_20_chars():
     splitter = SentenceTextSplitter()
-    splitter.max_section_length = 200  # overlap target 20 characters
+    splitter.max_section_length = 400  # overlap target 40 characters, extension up to 80
     chunks = [c.text for c in splitter.split_pages([Page(0, 0, SENTENCES)])]
-    assert len(chunks) == 6
+    assert len(chunks) > 2
+    stops = []
     for current, following in zip(chunks, chunks[1:]):
-        expected = reference_overlap(following, 20, splitter.sentence_endings, splitter.word_breaks)
-        assert current.endswith(expected), (current[-60:], expected)
-        assert len(expected) > 40  # well past the first word break after the target
+        expected = reference_overlap(following, 40, splitter.sentence_endings, splitter.word_breaks)
+        assert current.endswith(expected), (current[-90:], expected)
+        stops.append(len(expected))
+    assert all(len_ > 61 for len_ in stops)  # each stopped at a word break more than 20 past the target
+    # With a 20-character target the extension ends at 40 characters, before any word break can
+    # qualify: the prefix is cut back to its last non-alphanumeric character.
+    splitter.max_section_length = 200
+    short = [c.text for c in splitter.split_pages([Page(0, 0, SENTENCES)])]
+    assert short[0].endswith("here. Sentence number 2 talks about topic 2 ")
     # Native keeps its shorter overlap: the first word break after the target.
     native = chunk_text(SENTENCES, "sentence", max_section_length=200)
     assert all(not c.text.endswith("with ") for c in native[:-1])
     assert native[0].text.endswith("Sentence number 2 talks")
 
 
-def test_accumulator_counts_the_text_it_emits_not_a_sum_of_sentence_counts():
+def test_accumulator_sums_counts_of_spans_that_start_with_their_whitespace():
+    # The reference cuts just after each ending, so the space after it starts the next span and
+    # merges into its first word: the sum of span counts is the text's count here. The native
+    # strategy's spans end with their trailing space, a token of its own, so its sum over-counts.
     tok = default_tokenizer()
     text = "One two. Three four. Five six. Seven eight. Nine ten. Eleven twelve."
     exact = len(tok.encode(text))
-    per_sentence = sum(len(tok.encode(s)) for s in ["One two. ", "Three four. ", "Five six. ", "Seven eight. ",
-                                                     "Nine ten. ", "Eleven twelve."])
-    assert per_sentence > exact  # a sentence's trailing space is a token alone, merged into the next word in context
+    trailing = sum(len(tok.encode(s)) for s in ["One two. ", "Three four. ", "Five six. ", "Seven eight. ",
+                                                 "Nine ten. ", "Eleven twelve."])
+    leading = sum(len(tok.encode(s)) for s in ["One two.", " Three four.", " Five six.", " Seven eight.",
+                                                " Nine ten.", " Eleven twelve."])
+    assert trailing > exact == leading  # a trailing space is a token alone; a leading one merges
     chunks = list(SentenceTextSplitter(max_tokens_per_section=exact).split_pages([Page(0, 0, text)]))
     assert [c.text for c in chunks] == [text]
     # The native strategy keeps its (safe, over-counting) sum and cuts earlier.
@@ -86,7 +103,7 @@ def test_a_period_ends_a_sentence_without_whitespace_after_it():
     dotted = " ".join(f"Release v{i}.{i + 1} shipped on time." for i in range(8))
     chunks = [c.text for c in splitter.split_pages([Page(0, 0, dotted)])]
     assert "".join(chunks) == dotted
-    assert chunks[:2] == ["Release v0.", "1 shipped on time. "]
+    assert chunks[:3] == ["Release v0.", "1 shipped on time.", " Release v1."]
     assert "Release v0.1 shipped on time." in [c.text for c in chunk_text(dotted, "sentence", max_section_length=40)][0]
 
 
