@@ -43,6 +43,7 @@ from chunking.tokenizers import Tokenizer
 
 __all__ = [
     "ChunkTokenLimitExceededError",
+    "chunking_by_fixed_token",
     "chunking_by_paragraph_semantic",
     "chunking_by_recursive_character",
     "chunking_by_semantic_vector",
@@ -161,6 +162,35 @@ def chunking_by_token_size(
             item["_source_span"] = {"start": window.start, "end": window.end}
         out.append(item)
     return out
+
+def chunking_by_fixed_token(
+    tokenizer: Tokenizer,
+    content: str,
+    chunk_token_size: int = 1200,
+    *,
+    chunk_overlap_token_size: int = 100,
+    split_by_character: str | None = None,
+    split_by_character_only: bool = False,
+    _emit_source_span: bool = False,
+) -> list[dict[str, Any]]:
+    """LightRAG's ``"F"`` strategy under its file-chunker contract: :func:`chunking_by_token_size`
+    with the standard prefix ``(tokenizer, content, chunk_token_size)`` and keyword-only knobs.
+
+    As the reference, the dicts carry ``_source_span`` only with ``_emit_source_span=True``.
+    """
+    out = chunking_by_token_size(
+        tokenizer,
+        content,
+        split_by_character,
+        split_by_character_only,
+        chunk_overlap_token_size,
+        chunk_token_size,
+    )
+    if not _emit_source_span:
+        for item in out:
+            item.pop("_source_span", None)
+    return out
+
 
 _BLOCKS_SUFFIX = ".blocks.jsonl"
 

@@ -203,3 +203,24 @@ def test_semantic_vector_without_embedding_is_r_without_overlap(tok, caplog):
     assert out == L.chunking_by_recursive_character(tok, text, 50, chunk_overlap_token_size=0)
     assert any("fallback to recursive_character" in r.message for r in caplog.records)
     assert asyncio.run(L.chunking_by_semantic_vector(tok, "  ", 50, embedding_func=_topic_embedding)) == []
+
+
+def test_fixed_token_is_the_f_strategy_under_the_file_chunker_contract():
+    """LightRAG's ``chunking_by_fixed_token``: F with the standard prefix and keyword-only knobs;
+    ``_source_span`` only on request, as there."""
+    import inspect
+
+    params = inspect.signature(L.chunking_by_fixed_token).parameters
+    assert list(params) == ["tokenizer", "content", "chunk_token_size", "chunk_overlap_token_size",
+                            "split_by_character", "split_by_character_only", "_emit_source_span"]
+    assert [p.kind.name for p in params.values()][3:] == ["KEYWORD_ONLY"] * 4
+    assert [params[n].default for n in list(params)[2:]] == [1200, 100, None, False, False]
+    tok = CharTokenizer()
+    text = "alpha beta gamma delta\n\nepsilon zeta eta theta iota kappa"
+    plain = L.chunking_by_fixed_token(tok, text, 12, chunk_overlap_token_size=3)
+    spans = L.chunking_by_token_size(tok, text, None, False, 3, 12)
+    assert plain == [{k: v for k, v in d.items() if k != "_source_span"} for d in spans]
+    assert all("_source_span" not in d for d in plain)
+    assert L.chunking_by_fixed_token(tok, text, 12, chunk_overlap_token_size=3, _emit_source_span=True) == spans
+    by_char = L.chunking_by_fixed_token(tok, text, 40, split_by_character="\n\n", split_by_character_only=True)
+    assert [d["content"] for d in by_char] == ["alpha beta gamma delta", "epsilon zeta eta theta iota kappa"]
