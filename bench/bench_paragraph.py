@@ -4,7 +4,8 @@ For each document: the time P takes (default config, cl100k) next to the time of
 one tiktoken pass over the same parsed text, measured in the same run (best of
 ``--repeat``). Target: P within 3x of that pass. R (``split_recursive`` on the
 same text, same N) is timed too, as the cheapest strategy's reference. Also the size distribution: the
-share of chunks (and of tokens) in [target_ideal, target_max].
+share of chunks (and of tokens) in [target_ideal, target_max], and the chunks' char spans
+against their text (each chunk's span is its own text's: see the package docstring).
 
     .venv/bin/python bench/bench_paragraph.py [--corpus ../shared/corpus] [--repeat 3] [--size 2000]
 """
@@ -60,6 +61,7 @@ def main() -> None:
     limits = config.thresholds
     paths = sorted(p for p in args.corpus.rglob("*") if p.is_file() and p.name != "README.md")
     rows, failed = [], []
+    spans: list[tuple[int, int, bool]] = []  # (span length, text length, verbatim) of chunks from blocks
     for path in paths:
         rel = path.relative_to(args.corpus).as_posix()
         try:
@@ -73,6 +75,8 @@ def main() -> None:
             lambda: split_recursive(doc.text, tok, args.size, 100),
         ])
         rows.append((rel, len(doc.blocks), n_tokens, t_tok, t_p, [c.token_count for c in chunks], t_r))
+        if doc.blocks:
+            spans.extend((c.char_end - c.char_start, len(c.text), c.verbatim) for c in chunks)
 
     print(f"P (chunk_token_size={args.size}) vs one tiktoken cl100k pass over the parsed text "
           f"(best of >= {args.repeat} interleaved rounds)")
@@ -105,6 +109,10 @@ def main() -> None:
         print(f"size distribution, {label}: {len(band)}/{len(sizes)} chunks = {len(band) / len(sizes):.0%} in "
               f"[{limits.target_ideal}, {limits.target_max}] ({sum(band) / sum(sizes):.0%} of tokens); "
               f"below small_tail ({limits.small_tail}): {sum(s < limits.small_tail for s in sizes)}; max {max(sizes)}")
+    if spans:
+        print(f"provenance (documents with blocks): {len(spans)} chunks, average span {sum(s for s, _, _ in spans) / len(spans):.0f} "
+              f"chars for {sum(t for _, t, _ in spans) / len(spans):.0f} chars of text, max span {max(s for s, _, _ in spans)}, "
+              f"max span/text {max(s / max(t, 1) for s, t, _ in spans):.2f}, verbatim {sum(v for _, _, v in spans)}")
     if failed:
         print(f"\nnot parsed ({len(failed)}, expected for hostile inputs):")
         for line in failed:

@@ -124,9 +124,10 @@ def _alignment_map(content: str, source: str, start: int, end: int) -> list[int]
     Exact when the two differ only in whitespace (lines a parser reflowed).
     Otherwise (markup, escapes or tables rendered differently) the words of
     both are aligned (longest matching runs, :class:`difflib.SequenceMatcher`): a
-    character of an aligned word maps to its place in the source word; any
-    other character maps to just after the last aligned word before it, so the
-    map never runs backwards. None when nothing aligns or the block is larger
+    character of an aligned word maps to its place in the source word; a character
+    between aligned words to its next equal in the source before the next aligned
+    word, else (and a space always) to just after the last character mapped, so
+    the map never runs backwards. None when nothing aligns or the block is larger
     than ``ALIGN_MAX_CHARS``.
     """
     exact = _whitespace_map(content, source, start, end)
@@ -140,15 +141,18 @@ def _alignment_map(content: str, source: str, start: int, end: int) -> list[int]
     if not anchors:
         return None
     out: list[int] = []
-    last, nxt = start, 0
-    for pos in range(len(content)):
+    cursor, nxt = start, 0
+    for pos, ch in enumerate(content):
         while nxt < len(anchors) and anchors[nxt][0] + anchors[nxt][2] <= pos:
-            last = anchors[nxt][1] + anchors[nxt][2]
             nxt += 1
         if nxt < len(anchors) and anchors[nxt][0] <= pos:
             out.append(anchors[nxt][1] + pos - anchors[nxt][0])
-        else:
-            out.append(last)
+            cursor = out[-1] + 1
+            continue
+        # Between aligned words: the next equal character before the next aligned word.
+        found = -1 if ch.isspace() else source.find(ch, cursor, anchors[nxt][1] if nxt < len(anchors) else end)
+        out.append(cursor if found < 0 else found)
+        cursor = cursor if found < 0 else found + 1
     return out
 
 
