@@ -159,6 +159,8 @@ def _alignment_map(content: str, source: str, start: int, end: int) -> list[int]
 def _whitespace_map(content: str, source: str, start: int, end: int) -> list[int] | None:
     """Source position of each character of ``content`` when it equals ``source[start:end]``
     but for whitespace (a space maps to just after the character before it); else None."""
+    if "".join(content.split()) != "".join(source[start:end].split()):
+        return None
     out: list[int] = []
     pos, last = start, start
     for ch in content:

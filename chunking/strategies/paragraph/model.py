@@ -462,9 +462,12 @@ def _source_of(
             continue
         if para.block >= 0 and para.block not in blocks:
             blocks.append(para.block)
-        located = para.cut(a - at, b - at).source_span()
-        if located is None:
-            continue
-        s, e = located
+        if para.src >= 0:  # verbatim: no copy needed
+            s, e = para.src + (a - at), para.src + (b - at)
+        else:
+            located = para.cut(a - at, b - at).source_span()
+            if located is None:
+                continue
+            s, e = located
         lo, hi = (s, e) if lo is None else (min(lo, s), max(hi, e))
     return (None if lo is None else (lo, hi)), tuple(blocks)
