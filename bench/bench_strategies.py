@@ -198,6 +198,11 @@ class Row:
     error: str = ""
 
 
+def fresh_copy(text: str) -> str:
+    """An equal string that is not the same object."""
+    return (text + " ")[:-1]
+
+
 def measure(chunkers: list[Chunker], text: str, encode: Callable[[str], object], repeat: int) -> list[Row]:
     """Per chunker: ratios to the encode measured right before it, over ``repeat`` interleaved rounds."""
     rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
@@ -206,6 +211,9 @@ def measure(chunkers: list[Chunker], text: str, encode: Callable[[str], object],
             row = rows[chunker.name]
             if row.error:
                 continue
+            # A new string object each time: TiktokenTokenizer keeps the last text's
+            # encoding (by identity) for the next strategy; a bench must not reuse it.
+            text = fresh_copy(text)
             w0, c0 = time.perf_counter(), time.process_time()
             encode(text)
             w1, c1 = time.perf_counter(), time.process_time()
