@@ -9,6 +9,7 @@ algorithm receives any object with ``encode(str) -> list[int]`` and
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
 from array import array
@@ -323,18 +324,15 @@ class _TiktokenSpanCounter:
         import numpy as np
 
         text, data = encoded.text, encoded.data
-        # Any subset of the word ends gives exact counts; fewer only means more
-        # spans are encoded directly.
-        byte_ends = _word_end_bytes(data)
-        if len(byte_ends) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
+        # A word end is a pre-token boundary, so a token ends exactly there: only
+        # token ends are examined (a fifth of the bytes), and the tokens before a
+        # word end are its token index + 1, no search. (Any subset of the word ends
+        # gives exact counts; fewer only means more spans are encoded directly.)
+        at = _word_end_tokens(data, encoded.token_ends)
+        if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
-        # A word end is a pre-token boundary, so a token ends exactly there.
-        token_ends = encoded.token_ends
-        at = np.searchsorted(token_ends, byte_ends, side="left")
-        if len(at) and (at.max() >= len(token_ends) or not np.array_equal(token_ends[at], byte_ends)):
-            return None  # a word end inside a token: not the pattern this was proven for
         tokens_before = at + 1
-        ends = encoded.chars_at_bytes(byte_ends)
+        ends = encoded.chars_at_bytes(encoded.token_ends[at])
         return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
 
     def __call__(self, start: int, end: int) -> int:
@@ -363,21 +361,24 @@ class _TiktokenSpanCounter:
         # Spans not answered from the index get empty heads and tails (counted below).
         firsts = np.where(usable, word_ends[i], starts_np).tolist()
         lasts = np.where(usable, word_ends[j], ends_np).tolist()
-        counts = (self._tokens_before_np[j] - self._tokens_before_np[i]).tolist()
-        text, cache, piece = self.text, self.cache, self.piece
+        middles = np.where(usable, self._tokens_before_np[j] - self._tokens_before_np[i], 0)
+        text, cache = self.text, self.cache
         starts, ends = starts_np.tolist(), ends_np.tolist()
         # Heads (span start to its first word end) and tails (last word end to the
-        # span end) are short and repeat ("The", ". "): looked up in C, in bulk.
+        # span end) are short and repeat ("The", ". "): looked up in C, in bulk;
+        # only misses (-1) and the spans not answered from the index are counted one by one.
         heads = list(map(text.__getitem__, map(slice, starts, firsts)))
         tails = list(map(text.__getitem__, map(slice, lasts, ends)))
-        head_counts = list(map(cache.get, heads))
-        tail_counts = list(map(cache.get, tails))
-        for k, ok in enumerate(usable.tolist()):
-            if not ok:
-                counts[k] = self(starts[k], ends[k])
-                continue
-            n_head, n_tail = head_counts[k], tail_counts[k]
-            counts[k] += (piece(heads[k]) if n_head is None else n_head) + (piece(tails[k]) if n_tail is None else n_tail)
+        missing = itertools.repeat(-1)
+        head_counts = np.fromiter(map(cache.get, heads, missing), dtype=np.int64, count=len(heads))
+        tail_counts = np.fromiter(map(cache.get, tails, missing), dtype=np.int64, count=len(tails))
+        for k in np.flatnonzero(head_counts < 0).tolist():
+            head_counts[k] = self.piece(heads[k])
+        for k in np.flatnonzero(tail_counts < 0).tolist():
+            tail_counts[k] = self.piece(tails[k])
+        counts = (middles + head_counts + tail_counts).tolist()
+        for k in np.flatnonzero(~usable).tolist():
+            counts[k] = self(starts[k], ends[k])
         return counts
 
     def piece(self, text: str) -> int:
@@ -392,35 +393,50 @@ class _TiktokenSpanCounter:
         return n
 
 
-def _word_end_bytes(data: bytes):
-    """Byte offsets of the word ends of ``data`` (UTF-8), ascending: numpy int64.
+def _word_end_tokens(data: bytes, token_ends):
+    """Indexes of the tokens that end at a word end of ``data`` (UTF-8), ascending: numpy int64.
 
     A word end is where a character that :func:`_word_end_tables` calls a letter
     is followed by one it calls a non-letter, or by the end of the text. Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
-    the scan runs on the bytes: no decoding to code points.
+    the test reads the bytes around each token end: no decoding to code points.
     """
     import numpy as np
 
     letter, non_letter = _word_end_tables()
     byte_letter, byte_non_letter = _byte_word_end_tables()
     raw = np.frombuffer(data, dtype=np.uint8)
-    # Indexed by byte position: a letter ends at this byte; a non-letter starts here.
-    letter_ends_here = byte_letter[raw]
-    non_letter_starts_here = byte_non_letter[raw]
-    leads = np.flatnonzero((raw[: max(len(raw) - 2, 0)] & 0xF0) == 0xE0)  # 3-byte characters
-    if len(leads):
-        code_points = (
-            ((raw[leads].astype(np.int32) & 0x0F) << 12)
-            | ((raw[leads + 1].astype(np.int32) & 0x3F) << 6)
-            | (raw[leads + 2].astype(np.int32) & 0x3F)
-        )
-        letter_ends_here[leads[letter[code_points]] + 2] = True
-        non_letter_starts_here[leads[non_letter[code_points]]] = True
-    ends = np.flatnonzero(letter_ends_here[:-1] & non_letter_starts_here[1:]) + 1
-    if len(raw) and letter_ends_here[-1]:
-        ends = np.append(ends, len(raw))
-    return ends
+    size = len(raw)
+    if size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.asarray(token_ends, dtype=np.int64)
+    last = raw[ends - 1]  # the byte before each token end
+    letter_before = byte_letter[last]
+    # A 3-byte character ending there: its lead byte is three bytes back.
+    back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
+    if len(back3):
+        leads = ends[back3] - 3
+        is_lead = (raw[leads] & 0xF0) == 0xE0
+        back3, leads = back3[is_lead], leads[is_lead]
+        letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
+    inside = ends < size
+    following = raw[np.where(inside, ends, 0)]  # the byte after each token end
+    non_letter_after = np.where(inside, byte_non_letter[following], True)  # the end of the text counts
+    ahead3 = np.flatnonzero(inside & (ends <= size - 3) & ((following & 0xF0) == 0xE0))
+    if len(ahead3):
+        non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
+    return np.flatnonzero(letter_before & non_letter_after)
+
+
+def _three_byte_code_points(raw, leads):
+    """Code points of the 3-byte UTF-8 characters whose lead bytes are at ``leads``."""
+    import numpy as np
+
+    return (
+        ((raw[leads].astype(np.int32) & 0x0F) << 12)
+        | ((raw[leads + 1].astype(np.int32) & 0x3F) << 6)
+        | (raw[leads + 2].astype(np.int32) & 0x3F)
+    )
 
 
 @functools.cache
