@@ -226,7 +226,7 @@ _SPAN_DIRECT_CHARS = 16
 # bulk encoding; heads and tails of spans ("\n    print", "## 3.2. Title") repeat.
 _SMALL_PIECE_CACHE_CHARS = 64
 # From this many spans on, ``many`` looks them up with numpy.
-_MANY_SPANS_VECTORIZED = 16
+_MANY_SPANS_VECTORIZED = 64
 _SMALL_PIECE_CACHE_SIZE = 65536
 
 
