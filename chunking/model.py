@@ -78,9 +78,14 @@ class ParsedDocument(BaseModel):
         """A one-page document with no blocks: the shape of plain text input."""
         return cls(doc_id=doc_id, text=text, pages=[Page(page_num=0, char_offset=0, text=text)], **kwargs)
 
-    def page_at(self, char_index: int) -> int:
-        """Page number containing ``char_index`` (the last page for an index at the end)."""
-        offsets = [p.char_offset for p in self.pages]
+    def page_at(self, char_index: int, offsets: list[int] | None = None) -> int:
+        """Page number containing ``char_index`` (the last page for an index at the end).
+
+        ``offsets``: the pages' ``char_offset`` list, when the caller looks up many
+        indexes (built here otherwise).
+        """
+        if offsets is None:
+            offsets = [p.char_offset for p in self.pages]
         i = bisect.bisect_right(offsets, char_index) - 1
         return self.pages[max(i, 0)].page_num if self.pages else 0
 
@@ -112,13 +117,17 @@ def attach_provenance(doc: ParsedDocument, chunks: list[Chunk]) -> list[Chunk]:
     """
     located = [b for b in doc.blocks if b.char_start is not None and b.char_end is not None]
     starts = [b.char_start for b in located]
+    page_offsets = [p.char_offset for p in doc.pages]
     out: list[Chunk] = []
     for chunk in chunks:
         update: dict[str, Any] = {}
         if not chunk.page_start and not chunk.page_end:
             last = max(chunk.char_end - 1, chunk.char_start)
-            update["page_start"] = doc.page_at(chunk.char_start)
-            update["page_end"] = doc.page_at(last)
+            page_start, page_end = doc.page_at(chunk.char_start, page_offsets), doc.page_at(last, page_offsets)
+            # Page 0 to page 0 (every chunk of plain text) is what the chunk holds already:
+            # no copy (copying a chunk cost more than chunking it).
+            if page_start or page_end:
+                update["page_start"], update["page_end"] = page_start, page_end
         if located and (not chunk.block_ids or not chunk.heading_path):
             # Blocks overlapping [char_start, char_end): from the one containing the
             # start up to the last one starting before the end.

@@ -9,6 +9,7 @@ algorithm receives any object with ``encode(str) -> list[int]`` and
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
 from array import array
@@ -46,6 +47,14 @@ def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
 
 
 SpanCount = Callable[[int, int], int]
+
+
+def count_spans(count: SpanCount, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
+    """``[count(s, e) for s, e in zip(starts, ends)]``, in one batch where the counter offers it (``many``)."""
+    many = getattr(count, "many", None)
+    if many is not None:
+        return many(starts, ends)
+    return [count(s, e) for s, e in zip(starts, ends)]
 
 
 def span_counter(tokenizer: Tokenizer, text: str) -> SpanCount:
@@ -121,6 +130,7 @@ class TiktokenTokenizer:
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
         self.name = encoding_name
         self._encoding = load_offline_encoding(encoding_name)
+        self._last_encoded: EncodedText | None = None
 
     def encode(self, text: str) -> list[int]:
         # Same ids as ``encode(text, disallowed_special=())`` (no special token is
@@ -146,13 +156,32 @@ class TiktokenTokenizer:
         # tiktoken internals: without them (another tiktoken), count span by span.
         if getattr(self._encoding, "_pat_str", None) not in _WORD_END_SAFE_PATTERNS:
             return None
+        encoded = self.encode_text(text)
+        if encoded is None:
+            return None
+        return _TiktokenSpanCounter.build(self, encoded)
+
+    def encode_text(self, text: str) -> "EncodedText | None":
+        """One encoding of ``text`` with its token byte offsets (see :class:`EncodedText`).
+
+        The last result is kept (by identity of ``text``), so the strategies and
+        helpers that each ask for the same document's encoding share one encode.
+        ``None`` for text UTF-8 cannot hold (lone surrogates) or a tiktoken
+        without the internals this relies on.
+        """
+        last = self._last_encoded
+        if last is not None and last.text is text:
+            return last
         if not hasattr(self._encoding, "_mergeable_ranks") or not hasattr(self._encoding, "encode_to_numpy"):
             return None
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
             return None
-        return _TiktokenSpanCounter.build(self, text, data)
+        encoded = EncodedText.build(self, text, data)
+        if encoded is not None:
+            self._last_encoded = encoded
+        return encoded
 
     def small_counts(self) -> dict[str, int]:
         """Counts of short strings, kept across texts by span counters (bounded there)."""
@@ -193,8 +222,66 @@ _SPAN_INDEX_MIN_CHARS = 4096
 _SPAN_INDEX_MAX_CHARS_PER_WORD_END = 64
 # Spans this short are encoded directly (as cheap as two index look-ups).
 _SPAN_DIRECT_CHARS = 16
-_SMALL_PIECE_CACHE_CHARS = 16
+# Encoding a short string costs tiktoken ~10-20 us, several hundred chars' worth of
+# bulk encoding; heads and tails of spans ("\n    print", "## 3.2. Title") repeat.
+_SMALL_PIECE_CACHE_CHARS = 64
+# From this many spans on, ``many`` looks them up with numpy.
+_MANY_SPANS_VECTORIZED = 64
 _SMALL_PIECE_CACHE_SIZE = 65536
+
+
+class EncodedText:
+    """One tiktoken encoding of ``text`` and the byte offsets that map it back.
+
+    Invariants: ``token_ends[i]`` is the UTF-8 byte offset where token ``i`` ends
+    (cumulative token byte lengths; the last equals ``len(text.encode())``);
+    ``char_at_byte(b)`` is the index of the character holding byte ``b`` when
+    ``b`` is inside one, else of the character starting there. Built with numpy
+    in a few passes over the bytes: no Python work per token or per character.
+    """
+
+    __slots__ = ("text", "data", "ids", "token_ends", "_continuations")
+
+    def __init__(self, text: str, data: bytes, ids, token_ends, continuations) -> None:
+        self.text = text
+        self.data = data
+        self.ids = ids  # numpy array of token ids
+        self.token_ends = token_ends  # numpy int64, ascending
+        # None for ASCII text (a byte is a character); else the ascending byte
+        # offsets of the UTF-8 continuation bytes (a byte offset minus the
+        # continuation bytes before it is a character index).
+        self._continuations = continuations
+
+    @classmethod
+    def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "EncodedText | None":
+        import numpy as np
+
+        ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
+        token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
+        if (int(token_ends[-1]) if len(token_ends) else 0) != len(data):
+            return None  # not the byte stream we indexed (never expected)
+        continuations = None
+        if len(data) != len(text):
+            continuations = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) == 0x80)
+        return cls(text, data, ids, token_ends, continuations)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def char_at_byte(self, offset: int) -> int:
+        """Index of the character that holds byte ``offset`` (``len(text)`` at the end)."""
+        if self._continuations is None:
+            return offset
+        chars_before = offset - int(self._continuations.searchsorted(offset))
+        if offset < len(self.data) and (self.data[offset] & 0xC0) == 0x80:
+            return chars_before - 1  # inside a character: the one that started before
+        return chars_before
+
+    def chars_at_bytes(self, offsets):
+        """Character indexes of byte ``offsets`` that are character starts (numpy array in, out)."""
+        if self._continuations is None:
+            return offsets
+        return offsets - self._continuations.searchsorted(offsets)
 
 
 class _TiktokenSpanCounter:
@@ -218,68 +305,81 @@ class _TiktokenSpanCounter:
     engine's may differ on newer characters): see :func:`_word_end_tables`.
     """
 
-    __slots__ = ("text", "count_text", "word_ends", "tokens_before", "cache")
+    __slots__ = ("text", "count_text", "word_ends", "tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
 
-    def __init__(
-        self,
-        text: str,
-        count_text: Callable[[str], int],
-        word_ends: Sequence[int],
-        tokens_before: Sequence[int],
-        cache: dict[str, int],
-    ):
+    def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int]):
+        """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
+        whole text starting before each word end): numpy int64 arrays."""
         self.text = text
         self.count_text = count_text
-        self.word_ends = word_ends  # char positions, ascending
-        self.tokens_before = tokens_before  # tokens of the whole text starting before each word end
+        # array('q') copies for bisect (per call, as fast as a list without boxing a
+        # Python int per word end up front), numpy ones for many spans at once.
+        self._word_ends_np, self._tokens_before_np = word_ends, tokens_before
+        self.word_ends = array("q", word_ends.tobytes())
+        self.tokens_before = array("q", tokens_before.tobytes())
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
 
     @classmethod
-    def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "_TiktokenSpanCounter | None":
+    def build(cls, tokenizer: "TiktokenTokenizer", encoded: EncodedText) -> "_TiktokenSpanCounter | None":
         import numpy as np
 
-        if len(data) == len(text):  # ASCII: a byte is a char
-            codes = np.frombuffer(data, dtype=np.uint8)
-        else:
-            codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        letter, non_letter = _word_end_tables()
-        is_letter = letter[codes]
-        ends = np.flatnonzero(is_letter[:-1] & non_letter[codes[1:]]) + 1  # char positions
-        if len(codes) and is_letter[-1]:
-            ends = np.append(ends, len(codes))
-        if len(ends) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
+        text, data = encoded.text, encoded.data
+        # A word end is a pre-token boundary, so a token ends exactly there: only
+        # token ends are examined (a fifth of the bytes), and the tokens before a
+        # word end are its token index + 1, no search. (Any subset of the word ends
+        # gives exact counts; fewer only means more spans are encoded directly.)
+        at = _word_end_tokens(data, encoded.token_ends)
+        if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
-        if len(data) == len(text):
-            byte_ends = ends
-        else:  # byte offset of char position e: UTF-8 length of the chars before it
-            utf8_lengths = 1 + (codes >= 0x80).astype(np.int64) + (codes >= 0x800) + (codes >= 0x10000)
-            byte_ends = np.cumsum(utf8_lengths)[ends - 1]
-        ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
-        token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
-        if len(token_ends) == 0 or int(token_ends[-1]) != len(data):
-            return None  # not the byte stream we indexed (never expected)
-        # Tokens starting before a word end = tokens ending at or before it.
-        tokens_before = np.searchsorted(token_ends, byte_ends, side="right")
-        # array('q') rather than lists: bisect and indexing stay as fast, without
-        # boxing a Python int per word end up front.
-        return cls(
-            text,
-            tokenizer.count,
-            array("q", ends.astype(np.int64).tobytes()),
-            array("q", tokens_before.astype(np.int64).tobytes()),
-            tokenizer.small_counts(),
-        )
+        tokens_before = at + 1
+        ends = encoded.chars_at_bytes(encoded.token_ends[at])
+        return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
 
     def __call__(self, start: int, end: int) -> int:
         if end - start <= _SPAN_DIRECT_CHARS:
             return self.piece(self.text[start:end])
         i = bisect_left(self.word_ends, start)
         j = bisect_right(self.word_ends, end) - 1
-        if i > j:  # no word end inside: nothing to reuse
-            return self.count_text(self.text[start:end])
+        if i > j:  # no word end inside: nothing to reuse (a rule of "~~~~", a CJK run)
+            return self.piece(self.text[start:end])
         first, last = self.word_ends[i], self.word_ends[j]
         middle = self.tokens_before[j] - self.tokens_before[i]
         return self.piece(self.text[start:first]) + middle + self.piece(self.text[last:end])
+
+    def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
+        """``[self(s, e) for s, e in zip(starts, ends)]``, with the index look-ups done for all spans at once."""
+        if len(starts) < _MANY_SPANS_VECTORIZED:
+            return [self(s, e) for s, e in zip(starts, ends)]
+        import numpy as np
+
+        starts_np, ends_np = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        word_ends = self._word_ends_np
+        i = np.searchsorted(word_ends, starts_np, side="left")
+        j = np.searchsorted(word_ends, ends_np, side="right") - 1
+        usable = (i <= j) & (ends_np - starts_np > _SPAN_DIRECT_CHARS)
+        i, j = np.where(usable, i, 0), np.where(usable, j, 0)
+        # Spans not answered from the index get empty heads and tails (counted below).
+        firsts = np.where(usable, word_ends[i], starts_np).tolist()
+        lasts = np.where(usable, word_ends[j], ends_np).tolist()
+        middles = np.where(usable, self._tokens_before_np[j] - self._tokens_before_np[i], 0)
+        text, cache = self.text, self.cache
+        starts, ends = starts_np.tolist(), ends_np.tolist()
+        # Heads (span start to its first word end) and tails (last word end to the
+        # span end) are short and repeat ("The", ". "): looked up in C, in bulk;
+        # only misses (-1) and the spans not answered from the index are counted one by one.
+        heads = list(map(text.__getitem__, map(slice, starts, firsts)))
+        tails = list(map(text.__getitem__, map(slice, lasts, ends)))
+        missing = itertools.repeat(-1)
+        head_counts = np.fromiter(map(cache.get, heads, missing), dtype=np.int64, count=len(heads))
+        tail_counts = np.fromiter(map(cache.get, tails, missing), dtype=np.int64, count=len(tails))
+        for k in np.flatnonzero(head_counts < 0).tolist():
+            head_counts[k] = self.piece(heads[k])
+        for k in np.flatnonzero(tail_counts < 0).tolist():
+            tail_counts[k] = self.piece(tails[k])
+        counts = (middles + head_counts + tail_counts).tolist()
+        for k in np.flatnonzero(~usable).tolist():
+            counts[k] = self(starts[k], ends[k])
+        return counts
 
     def piece(self, text: str) -> int:
         """``count(text)``; short pieces (mostly a word or its punctuation: "The", ". ") are cached."""
@@ -291,6 +391,62 @@ class _TiktokenSpanCounter:
                 self.cache.clear()
             n = self.cache[text] = self.count_text(text)
         return n
+
+
+def _word_end_tokens(data: bytes, token_ends):
+    """Indexes of the tokens that end at a word end of ``data`` (UTF-8), ascending: numpy int64.
+
+    A word end is where a character that :func:`_word_end_tables` calls a letter
+    is followed by one it calls a non-letter, or by the end of the text. Those
+    characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
+    the test reads the bytes around each token end: no decoding to code points.
+    """
+    import numpy as np
+
+    letter, non_letter = _word_end_tables()
+    byte_letter, byte_non_letter = _byte_word_end_tables()
+    raw = np.frombuffer(data, dtype=np.uint8)
+    size = len(raw)
+    if size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.asarray(token_ends, dtype=np.int64)
+    last = raw[ends - 1]  # the byte before each token end
+    letter_before = byte_letter[last]
+    # A 3-byte character ending there: its lead byte is three bytes back.
+    back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
+    if len(back3):
+        leads = ends[back3] - 3
+        is_lead = (raw[leads] & 0xF0) == 0xE0
+        back3, leads = back3[is_lead], leads[is_lead]
+        letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
+    inside = ends < size
+    following = raw[np.where(inside, ends, 0)]  # the byte after each token end
+    non_letter_after = np.where(inside, byte_non_letter[following], True)  # the end of the text counts
+    ahead3 = np.flatnonzero(inside & (ends <= size - 3) & ((following & 0xF0) == 0xE0))
+    if len(ahead3):
+        non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
+    return np.flatnonzero(letter_before & non_letter_after)
+
+
+def _three_byte_code_points(raw, leads):
+    """Code points of the 3-byte UTF-8 characters whose lead bytes are at ``leads``."""
+    import numpy as np
+
+    return (
+        ((raw[leads].astype(np.int32) & 0x0F) << 12)
+        | ((raw[leads + 1].astype(np.int32) & 0x3F) << 6)
+        | (raw[leads + 2].astype(np.int32) & 0x3F)
+    )
+
+
+@functools.cache
+def _byte_word_end_tables():
+    """Per byte value: an ASCII letter; an ASCII non-letter (other bytes: neither)."""
+    import numpy as np
+
+    letter, non_letter = _word_end_tables()
+    ascii_only = np.arange(256) < 0x80
+    return letter[:256] & ascii_only, non_letter[:256] & ascii_only
 
 
 @functools.cache

@@ -32,6 +32,7 @@ such index each span is encoded on its own).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,7 +40,7 @@ from pydantic import Field
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec, TokenBudgetConfig
-from chunking.tokenizers import Tokenizer, span_counter
+from chunking.tokenizers import Tokenizer, count_spans, span_counter
 
 # LightRAG's pipeline default. English ". ? !" are left out on purpose: they
 # would split numbers like 0.95.
@@ -102,19 +103,15 @@ class _RecursiveSplitter:
         # instead of re-encoding every piece, window and overlap.
         self.count = span_counter(tokenizer, text)
 
-    def count_pieces(self, pieces: list[tuple[int, int]]) -> list[int]:
-        count = self.count
-        return [count(s, e) for s, e in pieces]
-
     def split(self, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
         separator, finer = self.choose_separator(start, end, separators)
         if separator == "":
             return self.split_by_token_window(start, end)
-        pieces = self.pieces_at(start, end, separator)
-        counts = self.count_pieces(pieces)
+        cuts = self.cuts_at(start, end, separator)
+        counts = count_spans(self.count, cuts[:-1], cuts[1:])
         out: list[Span] = []
         small: list[tuple[int, int, int]] = []
-        for (s, e), n in zip(pieces, counts):
+        for s, e, n in zip(cuts, cuts[1:], counts):
             # A piece over the cap only because of its leading separator still fits
             # as a chunk of its own (chunks are stripped), so it need not be split.
             if n <= self.cap or self.count(*self.strip(s, e)) <= self.cap:
@@ -135,22 +132,43 @@ class _RecursiveSplitter:
         # No separator occurs: the span is one piece; the caller cuts it by tokens.
         return "", ()
 
-    def pieces_at(self, start: int, end: int, separator: str) -> list[tuple[int, int]]:
-        """Cut [start, end) before every occurrence of ``separator`` (kept at the piece start)."""
-        cuts = [start]
-        at = self.text.find(separator, start + 1, end)
-        while at != -1:
-            cuts.append(at)
-            at = self.text.find(separator, at + len(separator), end)
+    def cuts_at(self, start: int, end: int, separator: str) -> list[int]:
+        """Piece bounds of [start, end) cut before every occurrence of ``separator`` (kept at the piece start).
+
+        ``[start, c1, ..., end]``, strictly ascending: piece k is ``[cuts[k], cuts[k + 1])``.
+        An occurrence at ``start`` itself is not a cut.
+        """
+        text = self.text
+        if text.startswith(separator, start):
+            # Rare: the search starts at start + 1, so a run like "\n\n\n" is cut
+            # at its second character, which str.split would not do.
+            cuts = [start]
+            at = text.find(separator, start + 1, end)
+            while at != -1:
+                cuts.append(at)
+                at = text.find(separator, at + len(separator), end)
+            if cuts[-1] != end:
+                cuts.append(end)
+            return cuts
+        # Leftmost non-overlapping occurrences, as str.split finds them: the
+        # separator positions follow from the part lengths, without a Python loop
+        # per occurrence.
+        parts = text[start:end].split(separator)
+        if len(parts) == 1:
+            return [start, end]
+        step = len(separator)
+        positions = itertools.accumulate(map(len, parts[:-1]), lambda at, n: at + n + step, initial=start - step)
+        cuts = list(positions)
+        cuts[0] = start
         cuts.append(end)
-        return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+        return cuts
 
     def strip(self, start: int, end: int) -> tuple[int, int]:
-        while start < end and self.text[start].isspace():
-            start += 1
-        while end > start and self.text[end - 1].isspace():
-            end -= 1
-        return start, end
+        """[start, end) without leading and trailing whitespace (``str.isspace``, as ``str.strip`` uses)."""
+        piece = self.text[start:end]
+        stripped = piece.lstrip()
+        start += len(piece) - len(stripped)
+        return start, start + len(stripped.rstrip())
 
     def emit(self, start: int, end: int, tokens: int | None = None) -> Span | None:
         start, end = self.strip(start, end)

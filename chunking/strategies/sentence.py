@@ -98,7 +98,7 @@ from chunking.segmenter import (
     sentence_spans,
 )
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_tokens, span_counter
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_spans, count_tokens, span_counter
 
 # Reference mode: the look-ahead overlap stops at a word break only this far past its target.
 REFERENCE_OVERLAP_WORD_SLACK = 20
@@ -256,8 +256,8 @@ class _Splitter:
             at = match.end()
         spans.extend((s, e, False) for s, e in self.sentences(at, end))
         units: list[Unit] = []
-        for s, e, is_figure in spans:
-            n = self.count_span(s, e)
+        counts = count_spans(self.count_span, [s for s, _, _ in spans], [e for _, e, _ in spans])
+        for (s, e, is_figure), n in zip(spans, counts):
             if is_figure or n <= self.cap:
                 units.append(Unit(s, e, page, n, is_figure))
                 continue

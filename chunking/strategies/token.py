@@ -49,7 +49,7 @@ from pydantic import Field
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec, TokenBudgetConfig
-from chunking.tokenizers import Tokenizer, count_tokens
+from chunking.tokenizers import Tokenizer, count_tokens, span_counter
 
 
 class TokenConfig(TokenBudgetConfig):
@@ -93,12 +93,21 @@ class TokenOffsets:
 
     ``char_at(i)`` is the character index where token ``i`` starts (``i == n``: the
     end), moved back to the start of the character when the boundary is inside one.
+    With a tokenizer that offers ``encode_text`` (tiktoken), the offsets come from
+    its numpy byte offsets, answered per look-up (no Python work per token); any
+    other tokenizer's tokens are decoded one by one and checked to add up.
     """
 
     def __init__(self, text: str, tokenizer: Tokenizer) -> None:
         self.text = text
-        self.tokens = tokenizer.encode(text)
-        byte_lengths = _token_byte_lengths(tokenizer, self.tokens)
+        encode_text = getattr(tokenizer, "encode_text", None)
+        self._encoded = encode_text(text) if encode_text is not None else None
+        if self._encoded is not None:
+            self._token_ends = self._encoded.token_ends
+            return
+        tokens = tokenizer.encode(text)
+        self._count = len(tokens)
+        byte_lengths = _token_byte_lengths(tokenizer, tokens)
         total = sum(byte_lengths)
         expected = len(text.encode("utf-8"))
         if total != expected:
@@ -115,9 +124,11 @@ class TokenOffsets:
         self._chars = [bisect.bisect_right(char_bytes, b) - 1 for b in token_bytes]
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        return len(self._encoded) if self._encoded is not None else self._count
 
     def char_at(self, token_index: int) -> int:
+        if self._encoded is not None:
+            return self._encoded.char_at_byte(int(self._token_ends[token_index - 1]) if token_index else 0)
         return self._chars[token_index]
 
 
@@ -137,11 +148,11 @@ def _token_byte_lengths(tokenizer: Tokenizer, tokens: list[int]) -> list[int]:
 
 
 def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
+    """[start, end) without outer whitespace (``str.isspace``, the definition ``str.strip`` uses)."""
+    piece = text[start:end]
+    stripped = piece.lstrip()
+    start += len(piece) - len(stripped)
+    return start, start + len(stripped.rstrip())
 
 
 def token_windows(
@@ -168,6 +179,8 @@ def token_windows(
             f"chunk_overlap_token_size ({chunk_overlap_token_size}) must be < chunk_token_size ({chunk_token_size})"
         )
     offsets = TokenOffsets(text, tokenizer)
+    # Exact counts of the windows' own text, from the same encoding where the tokenizer allows.
+    count = span_counter(tokenizer, text)
     n = len(offsets)
     step = chunk_token_size - chunk_overlap_token_size
     if reference_windows:
@@ -180,12 +193,12 @@ def token_windows(
     while first < n:
         last = min(first + chunk_token_size, n)
         start, end = _stripped(text, offsets.char_at(first), offsets.char_at(last))
-        tokens = count_tokens(tokenizer, text[start:end])
+        tokens = count(start, end)
         while tokens > chunk_token_size and last - first > 1:
             # BPE context at a cut made the slice longer than its window: give back a token.
             last -= 1
             start, end = _stripped(text, offsets.char_at(first), offsets.char_at(last))
-            tokens = count_tokens(tokenizer, text[start:end])
+            tokens = count(start, end)
         if end > start:
             yield TokenWindow(base + start, base + end, text[start:end], tokens, last - first)
         if last >= n:

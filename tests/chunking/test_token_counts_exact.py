@@ -1,0 +1,103 @@
+"""Every strategy's ``token_count`` is the exact count of the chunk's own text.
+
+The strategies count spans from one encoding of the whole document
+(``chunking.tokenizers.span_counter``), and tiktoken's merges depend on context:
+encoding a concatenation is not the concatenation of encodings. These tests
+check the promise where it could break: long texts (so the one-encoding index
+is used), mixed scripts, token caps small enough that cuts fall everywhere.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunking import default_tokenizer
+from chunking.model import ParsedDocument
+from chunking.strategies import config_field_names, get_strategy
+from chunking.tokenizers import EncodedText, span_counter
+from chunking.strategies.token import TokenOffsets
+
+STRATEGIES = ("recursive", "sentence", "sentence_window", "token", "paragraph", "simple")
+
+_PIECES = st.sampled_from(
+    ["word", " Word", "The", " the", "'s", "don't", ".", ". ", "!", "?", ",", " ", "  ", "\n", "\n\n", "\r\n",
+     "\t", "12", "12345", "0.95", "中文", "。", "，", "日本語の", "カタカナ", "é", "naïve", "😀", "x\u0301", "\u00a0",
+     "\u3000", "<|endoftext|>", "__init__", "os.path", "()", "->", "    ", "Dr.", "a", "~~~~~~~~", "## Title\n"]
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    return default_tokenizer()
+
+
+def _config(name: str, size: int, overlap: int):
+    spec = get_strategy(name)
+    values = {"chunk_token_size": size, "chunk_overlap_token_size": overlap}
+    accepted = set(config_field_names(spec))
+    return spec, spec.parse_config({k: v for k, v in values.items() if k in accepted})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pieces=st.lists(_PIECES, min_size=50, max_size=600),
+    seed=st.integers(0, 10**6),
+    size=st.sampled_from([24, 60, 400]),
+    overlap=st.sampled_from([0, 5]),
+)
+def test_property_token_count_is_the_count_of_the_chunk_text(cl100k, pieces, seed, size, overlap):
+    rng = random.Random(seed)
+    filler = [" Filler words end this text.", "\n\nA new paragraph. It has two sentences.", " 日本語の文です。"]
+    text = "".join(pieces) + "".join(rng.choice(filler) for _ in range(220))
+    assert len(text) >= 4096  # long enough for the one-encoding index
+    doc = ParsedDocument.from_text(text, doc_id="prop.txt")
+    for name in STRATEGIES:
+        spec, config = _config(name, size, overlap)
+        for chunk in spec.chunk(doc, config, cl100k, None):
+            assert chunk.token_count == len(cl100k.encode(chunk.text)), (name, chunk.char_start, chunk.text[:60])
+            if chunk.verbatim:
+                assert doc.text[chunk.char_start : chunk.char_end] == chunk.text, name
+
+
+def test_span_counter_uses_cjk_word_ends_and_stays_exact(cl100k):
+    # Almost no ASCII word ends: the index must come from CJK / kana word ends.
+    rng = random.Random(7)
+    parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文字符", "，", "「引用」", "\n", "！", "x", "1"]
+    text = "".join(rng.choice(parts) for _ in range(3000))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "word_ends"), "CJK text keeps the one-encoding index"
+    bounds = sorted(rng.randrange(len(text) + 1) for _ in range(200))
+    for start, end in zip(bounds, bounds[1:]):
+        assert count(start, end) == len(cl100k.encode(text[start:end])), (start, end)
+    starts, ends = bounds[:-1], bounds[1:]
+    assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+
+
+def test_many_spans_at_once_equal_one_by_one(cl100k):
+    rng = random.Random(3)
+    text = "".join(rng.choice(["Alpha beta. ", "gamma,", "\n\n", " δέλτα ", "~~~~\n", "x" * 30, "中文。"]) for _ in range(900))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many")
+    starts = sorted(rng.randrange(len(text)) for _ in range(300))
+    ends = [min(len(text), s + rng.choice([0, 1, 5, 16, 17, 40, 300, 5000])) for s in starts]
+    assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+
+
+def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
+    text = "naïve café 😀 日本語 x\u0301 " * 40
+    encoded = cl100k.encode_text(text)
+    assert isinstance(encoded, EncodedText)
+    assert encoded.ids.tolist() == cl100k.encode(text)
+    offsets = TokenOffsets(text, cl100k)
+    byte_starts = [0, *encoded.token_ends.tolist()]
+    for i, byte in enumerate(byte_starts):
+        char = offsets.char_at(i)
+        # The character holding the boundary byte starts at or before it, and the next one after it.
+        assert len(text[:char].encode()) <= byte
+        assert char == len(text) or len(text[: char + 1].encode()) > byte
+    assert cl100k.encode_text(text) is encoded, "the last text's encoding is kept for the next caller"
+    assert cl100k.encode_text((text + " ")[:-1]) is not encoded, "an equal but new string is encoded again"
