@@ -28,7 +28,8 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
+from urllib.parse import quote
 
 from orchestration.run_report import EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
 
@@ -39,6 +40,7 @@ BATCH_TAG = "chunkyard/cli_batch"  # finds the run being executed, for progress
 # The event log keeps everything (traces included, shown by `make ui`); the terminal
 # gets progress and one line per failed document from this CLI instead.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+UI_BASE = "http://127.0.0.1:3000"  # where `make ui` serves (the Makefile's PORT)
 
 
 class CliError(Exception):
@@ -87,6 +89,25 @@ def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: 
     if current:
         batches.append(current)
     return batches
+
+
+def lineage_url(base: str, group_names: Iterable[str]) -> str:
+    """The UI's global asset lineage with every asset group open.
+
+    Dagster 1.13's UI opens every group collapsed and keeps which are open per browser
+    (localStorage), with no server-side default; its lineage page reads the open groups
+    from the ``expanded`` query parameter first (ui-core AssetGraphExplorer.tsx,
+    ``useQueryAndLocalStoragePersistedState``), as ``global@global:<group>`` ids
+    (asset-graph/Utils.tsx ``groupIdForNode``, with the per-code-location flag off, its
+    default). So a link carrying them opens expanded in any browser, a fresh one too.
+    """
+    expanded = ",".join(f"global@global:{name}" for name in sorted(set(group_names)))
+    return f"{base.rstrip('/')}/asset-groups?expanded={quote(expanded, safe='@:,')}"
+
+
+def asset_group_names(defs) -> list[str]:
+    """Every asset group of the definitions, sorted."""
+    return sorted({group for a in defs.assets for group in getattr(a, "group_names_by_key", {}).values()})
 
 
 # --- run ---------------------------------------------------------------------------
@@ -206,6 +227,8 @@ def ingest(args: argparse.Namespace) -> int:
     failed_here = documents_failed_in_run(store, selected, tally)
     print_summary(store, tally, failed_here, time.monotonic() - started, store_resource.path, folder.root_path)
     print_costs(store, ingest_id)
+    print(f"in the UI (make ui), the lineage with every group open: "
+          f"{lineage_url(UI_BASE, asset_group_names(definitions.defs))}")
     return exit_code(tally, len(failed_here))
 
 

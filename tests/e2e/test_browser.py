@@ -279,18 +279,25 @@ def metadata_value(driver, label: str) -> str:
 
 
 def open_lineage(driver, ui: UiServer, shots: Path) -> None:
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.keys import Keys
+    """The lineage link `chunkyard run` prints and the README gives, in a fresh browser profile
+    (the `browser` fixture's): every asset node is shown at once, with no click or key press."""
+    from orchestration import definitions
+    from orchestration.cli import asset_group_names, lineage_url
 
-    driver.get(f"{ui.base}/asset-groups")
+    url = lineage_url(ui.base, asset_group_names(definitions.build_definitions(ui_settings(ui))))
+    driver.get(url)
     wait_for_text(driver, "Global asset lineage")
     wait_for_text(driver, "Materialize all")
-    # Groups open collapsed (the UI keeps that choice per browser, in localStorage); Alt+E is
-    # the UI's "expand all groups" shortcut.
-    ActionChains(driver).key_down(Keys.ALT).send_keys("e").key_up(Keys.ALT).perform()
-    for asset in ("raw_documents", "parsed_documents", CHUNKS_ASSET):
+    for asset in ("raw_documents", "parsed_documents", CHUNKS_ASSET, f"embeddings_{STRATEGY}", "strategy_stats"):
         wait_for_text(driver, asset)
     driver.save_screenshot(str(shots / "lineage.png"))
+
+
+def ui_settings(ui: UiServer):
+    """The settings the UI server was started with (its folder's chunkyard.toml)."""
+    from orchestration.settings import load_settings
+
+    return load_settings(ui.db_path.parent / "chunkyard.toml")
 
 
 def open_partition(driver, ui: UiServer, shots: Path, doc: str) -> int:
