@@ -173,13 +173,13 @@ def build_strategy_assets(
         model_id = embedding.model_id
         per_doc, store_watch = Stopwatch(), Stopwatch()  # work done for one document: its own seconds
         # A document that failed to parse has nothing to embed and nothing to check.
-        rows_by_doc = {}
-        for doc_id in context.partition_keys:
-            with per_doc.timing(doc_id):
-                if (chunk_store.document(doc_id) or {}).get("status") == "parsed":
-                    rows_by_doc[doc_id] = chunk_store.load_chunks(doc_id, strategy_name)
-                    if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
-                        rows_by_doc[doc_id] = with_context(chunk_store, doc_id, strategy_name, rows_by_doc[doc_id])
+        rows_by_doc = {
+            doc_id: chunk_store.load_chunks(doc_id, strategy_name)
+            for doc_id in context.partition_keys
+            if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
+        }
+        if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
+            rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
         # Embed each distinct missing text once, across the whole batch.
@@ -205,30 +205,32 @@ def build_strategy_assets(
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         new_by_doc: dict[str, set[str]] = {}
         for doc_id, rows in rows_by_doc.items():
-            with per_doc.timing(doc_id):
-                doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
-                with store_watch.timing(doc_id):
-                    chunk_store.replace_embeddings(
-                        doc_id, strategy_name, model_id,
-                        [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
-                    )
-                stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
-                model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
-                outcomes[doc_id] = [
-                    check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),
-                    check_model_max_sequence("within_model_max_sequence", model_tokens, embedder.max_seq_length),
-                ]
-                new_by_doc[doc_id] = set(doc_fresh) - counted_fresh
-                counted_fresh |= new_by_doc[doc_id]
-                metadata[doc_id] = {
-                    "dagster/row_count": len(stored),
-                    "new_embeddings": len(new_by_doc[doc_id]),
-                    "cache_hits": sum(1 for c in rows if c.text_sha256 in cached),
-                    "model_tokens_max": max(model_tokens, default=0),
-                }
+            doc_started = time.perf_counter()
+            doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
+            with store_watch.timing(doc_id):
+                chunk_store.replace_embeddings(
+                    doc_id, strategy_name, model_id,
+                    [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
+                )
+            stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
+            model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
+            outcomes[doc_id] = [
+                check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),
+                check_model_max_sequence("within_model_max_sequence", model_tokens, embedder.max_seq_length),
+            ]
+            new_here = set(doc_fresh) - counted_fresh
+            counted_fresh |= new_here
+            new_by_doc[doc_id] = new_here
+            metadata[doc_id] = {
+                "dagster/row_count": len(stored),
+                "new_embeddings": len(new_here),
+                "cache_hits": sum(1 for c in rows if c.text_sha256 in cached),
+                "model_tokens_max": max(model_tokens, default=0),
+            }
+            per_doc.add(doc_id, time.perf_counter() - doc_started)
         # The model ran once for the batch: each document's share follows the characters it
-        # asked it to embed; what the step did for no one document in particular (the cache
-        # lookup, loading the model) is shared equally.
+        # asked it to embed; what the step did for all documents at once (loading their
+        # chunks, the cache lookup, loading the model) is shared equally.
         model_share = share_out(model_seconds, {d: sum(len(missing[h]) for h in new_by_doc[d]) for d in rows_by_doc})
         unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - model_seconds
         overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))

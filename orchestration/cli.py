@@ -129,8 +129,8 @@ def ingest(args: argparse.Namespace) -> int:
     # Imported after the environment is set: the definitions read it at import.
     from dagster import DagsterInstance, execute_job, reconstructable
 
-    from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from assets.costs import INGEST_TAG
+    from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder

@@ -140,3 +140,12 @@ def test_run_refreshes_strategy_stats_only_when_the_store_changed(tmp_path, docs
     (docs_dir / "gamma.md").unlink()
     chunkyard(env, "run", "--docs", str(docs_dir), "--progress", "none")
     assert len(stats_materializations(home)) == 3
+
+
+def test_share_out_splits_a_batch_cost_by_weight_and_keeps_the_total():
+    from assets.costs import share_out
+
+    shares = share_out(3.0, {"a": 100, "b": 200, "c": 0})
+    assert shares == pytest.approx({"a": 1.0, "b": 2.0, "c": 0.0})
+    assert share_out(3.0, {"a": 0, "b": 0}) == pytest.approx({"a": 1.5, "b": 1.5})  # nothing new: equal shares
+    assert share_out(1.0, {}) == {}
