@@ -13,6 +13,7 @@ successful parse are kept, never half-replaced.
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +28,7 @@ from dagster import (
 )
 
 from assets.checks import CheckDef, CheckOutcome, check_specs, emit_partition_results, record_failed_partition
+from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.limits import DocumentLimits, LimitExceeded
 from chunking.model import ParsedDocument
@@ -115,22 +117,33 @@ def raw_documents(
     hashes: dict[str, str] = {}
     metadata: dict[str, dict] = {}
     limits = documents.document_limits()
+    costs: list[StageCost] = []
     for doc_id in context.partition_keys:
+        started = time.perf_counter()
+        store_watch = Stopwatch()
         read = read_source(doc_id, sources, limits)
         if read.error:
             errors[doc_id] = read.error
             context.log.error(read.error)
             if read.sha256 is not None:
                 # Recorded with its real hash and size: the same bytes are not re-run.
-                chunk_store.record_error(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
-                                         read.size_bytes, read.error)
+                with store_watch.timing(doc_id):
+                    chunk_store.record_error(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
+                                             read.size_bytes, read.error)
             outcomes[doc_id] = [CheckOutcome("readable", False, description=read.error)]
-            metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes}
+            cost = StageCost(doc_id, "read", "", time.perf_counter() - started, store_watch.get(doc_id))
+            costs.append(cost)
+            metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes, **cost.metadata()}
             continue
-        chunk_store.record_read(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256, read.size_bytes)
+        with store_watch.timing(doc_id):
+            chunk_store.record_read(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
+                                    read.size_bytes)
         hashes[doc_id] = read.sha256
         outcomes[doc_id] = [CheckOutcome("readable", True, metadata={"sha256": read.sha256, "bytes": read.size_bytes})]
-        metadata[doc_id] = {"sha256": read.sha256, "bytes": read.size_bytes, "dagster/row_count": 1}
+        cost = StageCost(doc_id, "read", "", time.perf_counter() - started, store_watch.get(doc_id))
+        costs.append(cost)
+        metadata[doc_id] = {"sha256": read.sha256, "bytes": read.size_bytes, "dagster/row_count": 1, **cost.metadata()}
+    record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
     _fail_single(context, RAW, errors, outcomes)
     # A step has one data version for all its partitions: set it only when it is this document's.
     single_sha = next(iter(hashes.values())) if len(context.partition_keys) == 1 and hashes else None
@@ -159,7 +172,10 @@ def parsed_documents(
     outcomes: dict[str, list[CheckOutcome]] = {}
     errors: dict[str, str] = {}
     metadata: dict[str, dict] = {}
+    costs: list[StageCost] = []
     for doc_id in context.partition_keys:
+        started = time.perf_counter()
+        store_watch = Stopwatch()
         source = sources.get(doc_id)
         error = None
         if source is None:
@@ -178,17 +194,25 @@ def parsed_documents(
             if source is not None:
                 # raw_documents hashed these bytes already: keep its sha; hash only if it did not.
                 read_sha = (chunk_store.document(doc_id) or {}).get("sha256") or _fingerprint_or_empty(source)
-                chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha, source.size_bytes, error)
+                with store_watch.timing(doc_id):
+                    chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha,
+                                             source.size_bytes, error)
             outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
-            metadata[doc_id] = {"error": error}
+            cost = StageCost(doc_id, "parse", "", time.perf_counter() - started, store_watch.get(doc_id))
+            costs.append(cost)  # a refusal's cost counts too: a parse killed at its time limit is the slowest
+            metadata[doc_id] = {"error": error, **cost.metadata()}
             continue
-        chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
-        _export_sidecars(doc, sidecar_dir, context)
+        with store_watch.timing(doc_id):
+            chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
+            _export_sidecars(doc, sidecar_dir, context)
         shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
                  "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text),
                  **({"sidecar_ignored": doc.metadata["sidecar_ignored"]} if doc.metadata.get("sidecar_ignored") else {})}
         outcomes[doc_id] = [CheckOutcome("parsed", True, metadata=shape)]
-        metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages)}
+        cost = StageCost(doc_id, "parse", "", time.perf_counter() - started, store_watch.get(doc_id))
+        costs.append(cost)
+        metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages), **cost.metadata()}
+    record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
     _fail_single(context, PARSED, errors, outcomes)
     yield from emit_partition_results(context, PARSED, PARSED_CHECKS, outcomes, metadata)
 

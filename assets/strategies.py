@@ -8,6 +8,7 @@ of them write the shared ``chunks`` / ``embeddings`` tables, keyed by strategy.
 
 
 import logging
+import time
 from typing import Iterator
 
 import numpy as np
@@ -33,6 +34,7 @@ from assets.checks import (
     check_token_cap,
     emit_partition_results,
 )
+from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs, share_out
 from assets.documents import parsed_documents
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.limits import check_chunk_count
@@ -117,7 +119,9 @@ def build_strategy_assets(
         outcomes: dict[str, list[CheckOutcome]] = {}
         errors: dict[str, str] = {}
         metadata: dict[str, dict] = {}
+        costs: list[StageCost] = []
         for doc_id in context.partition_keys:
+            started = time.perf_counter()
             doc = chunk_store.load_parsed(doc_id)
             if doc is None:
                 row = chunk_store.document(doc_id) or {}
@@ -135,9 +139,14 @@ def build_strategy_assets(
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
                 continue
+            written = time.perf_counter()
             chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
+            store_seconds = time.perf_counter() - written
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
-            metadata[doc_id] = chunk_metadata([c.token_count for c in chunks])
+            cost = StageCost(doc_id, "chunk", strategy_name, time.perf_counter() - started, store_seconds)
+            costs.append(cost)
+            metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata()}
+        record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
             raise Failure(description=error, metadata={"document": doc_id, "error": error})
@@ -159,8 +168,10 @@ def build_strategy_assets(
     def embeddings_asset(
         context: AssetExecutionContext, embedding: EmbeddingModelResource, store: StoreResource
     ) -> Iterator[object]:
+        step_started = time.perf_counter()
         chunk_store = store.store()
         model_id = embedding.model_id
+        per_doc, store_watch = Stopwatch(), Stopwatch()  # work done for one document: its own seconds
         # A document that failed to parse has nothing to embed and nothing to check.
         rows_by_doc = {
             doc_id: chunk_store.load_chunks(doc_id, strategy_name)
@@ -179,8 +190,11 @@ def build_strategy_assets(
                     missing.setdefault(c.text_sha256, c.text)
         embedder = embedding.get_embedder()
         fresh: dict[str, np.ndarray] = {}
+        model_seconds = 0.0
         if missing:
+            model_started = time.perf_counter()
             vectors = embedder.embed(list(missing.values()))
+            model_seconds = time.perf_counter() - model_started
             fresh = dict(zip(missing.keys(), vectors))
         vector_of = {**cached, **fresh}
         outcomes: dict[str, list[CheckOutcome]] = {}
@@ -189,12 +203,15 @@ def build_strategy_assets(
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
+        new_by_doc: dict[str, set[str]] = {}
         for doc_id, rows in rows_by_doc.items():
+            doc_started = time.perf_counter()
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
-            chunk_store.replace_embeddings(
-                doc_id, strategy_name, model_id,
-                [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
-            )
+            with store_watch.timing(doc_id):
+                chunk_store.replace_embeddings(
+                    doc_id, strategy_name, model_id,
+                    [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
+                )
             stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
             model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
             outcomes[doc_id] = [
@@ -203,12 +220,29 @@ def build_strategy_assets(
             ]
             new_here = set(doc_fresh) - counted_fresh
             counted_fresh |= new_here
+            new_by_doc[doc_id] = new_here
             metadata[doc_id] = {
                 "dagster/row_count": len(stored),
                 "new_embeddings": len(new_here),
                 "cache_hits": sum(1 for c in rows if c.text_sha256 in cached),
                 "model_tokens_max": max(model_tokens, default=0),
             }
+            per_doc.add(doc_id, time.perf_counter() - doc_started)
+        # The model ran once for the batch: each document's share follows the characters it
+        # asked it to embed; what the step did for all documents at once (loading their
+        # chunks, the cache lookup, loading the model) is shared equally.
+        model_share = share_out(model_seconds, {d: sum(len(missing[h]) for h in new_by_doc[d]) for d in rows_by_doc})
+        unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - model_seconds
+        overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))
+        costs = [
+            StageCost(d, "embed", strategy_name, per_doc.get(d) + model_share[d] + overhead[d], store_watch.get(d),
+                      model_seconds=model_share[d], new_embeddings=metadata[d]["new_embeddings"],
+                      cache_hits=metadata[d]["cache_hits"])
+            for d in rows_by_doc
+        ]
+        for cost in costs:
+            metadata[cost.doc_id].update(cost.metadata())
+        record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
         yield from emit_partition_results(
             context, embeddings_key, EMBEDDING_CHECKS, outcomes, metadata,
             shared_metadata={"model_id": model_id, "dimension": embedder.dimension},

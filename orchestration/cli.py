@@ -28,7 +28,8 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
+from urllib.parse import quote
 
 from orchestration.run_report import EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
 
@@ -39,6 +40,7 @@ BATCH_TAG = "chunkyard/cli_batch"  # finds the run being executed, for progress
 # The event log keeps everything (traces included, shown by `make ui`); the terminal
 # gets progress and one line per failed document from this CLI instead.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+UI_BASE = "http://127.0.0.1:3000"  # where `make ui` serves (the Makefile's PORT)
 
 
 class CliError(Exception):
@@ -89,6 +91,25 @@ def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: 
     return batches
 
 
+def lineage_url(base: str, group_names: Iterable[str]) -> str:
+    """The UI's global asset lineage with every asset group open.
+
+    Dagster 1.13's UI opens every group collapsed and keeps which are open per browser
+    (localStorage), with no server-side default; its lineage page reads the open groups
+    from the ``expanded`` query parameter first (ui-core AssetGraphExplorer.tsx,
+    ``useQueryAndLocalStoragePersistedState``), as ``global@global:<group>`` ids
+    (asset-graph/Utils.tsx ``groupIdForNode``, with the per-code-location flag off, its
+    default). So a link carrying them opens expanded in any browser, a fresh one too.
+    """
+    expanded = ",".join(f"global@global:{name}" for name in sorted(set(group_names)))
+    return f"{base.rstrip('/')}/asset-groups?expanded={quote(expanded, safe='@:,')}"
+
+
+def asset_group_names(defs) -> list[str]:
+    """Every asset group of the definitions, sorted."""
+    return sorted({group for a in defs.assets for group in getattr(a, "group_names_by_key", {}).values()})
+
+
 # --- run ---------------------------------------------------------------------------
 
 
@@ -108,6 +129,7 @@ def ingest(args: argparse.Namespace) -> int:
     # Imported after the environment is set: the definitions read it at import.
     from dagster import DagsterInstance, execute_job, reconstructable
 
+    from assets.costs import INGEST_TAG
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
@@ -160,6 +182,7 @@ def ingest(args: argparse.Namespace) -> int:
               + (" ..." if len(owned) > 10 else ""), flush=True)
 
     job = reconstructable(definitions.ingest_job)
+    ingest_id = uuid.uuid4().hex  # tags every run of this command: its stage costs read back as one ingest
     tally = RunTally()
     batches = contiguous_batches(ordered, selected, batch_size)
     print(f"chunkyard: {len(current)} documents in {folder.root_path}: {len(changes.new)} new, "
@@ -175,7 +198,7 @@ def ingest(args: argparse.Namespace) -> int:
         progress.start_run(index, len(batches), documents)
         watcher = nullcontext() if args.progress == "none" else EventLogWatcher(instance, (BATCH_TAG, token), printer)
         with watcher:
-            result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token},
+            result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id},
                                  run_config=QUIET, raise_on_error=False)
         tally.add_run(result)
         return result
@@ -195,9 +218,49 @@ def ingest(args: argparse.Namespace) -> int:
             progress.end_run()
             print(f"  run {single.run_id[:8]}: {doc_id} alone: {'ok' if single.success else 'failed'}", flush=True)
 
+    if batches or changes.deleted:
+        # The store changed: strategy_stats describes the store, so refresh it now, under this
+        # run's lock, rather than leave the UI showing the previous state until the automation
+        # sensor runs (when `make ui` is not running, it never does).
+        refresh_strategy_stats(instance, {INGEST_TAG: ingest_id}, tally)
+
     failed_here = documents_failed_in_run(store, selected, tally)
     print_summary(store, tally, failed_here, time.monotonic() - started, store_resource.path, folder.root_path)
+    print_costs(store, ingest_id)
+    print(f"in the UI (make ui), the lineage with every group open: "
+          f"{lineage_url(UI_BASE, asset_group_names(definitions.defs))}")
     return exit_code(tally, len(failed_here))
+
+
+STATS_ASSET = "strategy_stats"
+
+
+def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> None:
+    """Materialize ``strategy_stats`` in one run of its own (its failure is a run error, exit code 2)."""
+    from dagster import AssetKey, materialize
+
+    from orchestration import definitions
+
+    defs = definitions.defs
+    key = AssetKey(STATS_ASSET)
+    assets = [a for a in defs.assets if key in getattr(a, "keys", ())]
+    result = materialize(assets, instance=instance, resources=defs.resources, selection=[key],
+                         tags=tags, run_config=QUIET, raise_on_error=False)
+    tally.add_run(result)
+    if not result.success:
+        tally.failed_batches += 1  # not a document's failure: exit code 2
+    print(f"  run {result.run_id[:8]}: {STATS_ASSET}: {'ok' if result.success else 'FAILED'}", flush=True)
+
+
+def print_costs(store, ingest_id: str) -> None:
+    """This run's seconds per document per stage (from stage_costs; `chunkyard status --costs` compares runs)."""
+    from orchestration.status import format_costs, ingest_costs
+
+    with store.connect(read_only=True) as con:
+        summaries = ingest_costs(con, ingest_id)
+    if summaries:
+        print("cost per stage (seconds; store = writing the store, model = the embedding model's share):")
+        print("\n".join("  " + line for line in format_costs(summaries).splitlines()))
 
 
 def batch_failed(success: bool, batch: list[str], failed_documents: set[str]) -> bool:
@@ -270,10 +333,13 @@ def open_store(db: str | None):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from orchestration.status import format_status, stored_status
+    from orchestration.status import cost_comparison, format_status, stored_status
 
     store = open_store(args.db)
     with store.connect(read_only=True) as con:
+        if args.costs:
+            print(cost_comparison(con, previous=max(1, args.runs)))
+            return 0
         folders = stored_status(con)
     print(format_status(folders, str(store.path.resolve())))
     return 0
@@ -388,6 +454,13 @@ def add_db_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="DuckDB file (default: settings db_path, data/chunkyard.duckdb, or $CHUNKYARD_DB)")
 
 
+def add_status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--costs", action="store_true",
+                   help="seconds per document per stage of the latest run, against the runs before it")
+    p.add_argument("--runs", type=int, default=5, help="with --costs: how many earlier runs to compare with (default 5)")
+    add_db_argument(p)
+
+
 def add_show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("document", help="document id (as `chunkyard status` lists it), its path or its file name")
     p.add_argument("--strategy", help="comma-separated strategies to show side by side (default: every stored one)")
@@ -417,7 +490,7 @@ class Verb:
 VERBS: dict[str, Verb] = {
     "run": Verb("ingest a folder of documents through Dagster", add_run_arguments, cmd_run, EXIT_CODES),
     "status": Verb("what is stored per folder and strategy, and failed documents (runs nothing)",
-                   add_db_argument, cmd_status),
+                   add_status_arguments, cmd_status),
     "show": Verb("write a document's chunk viewer (HTML, strategies side by side)", add_show_arguments, cmd_show),
     "sql": Verb("run SQL against the database, read-only, and print a table", add_sql_arguments, cmd_sql),
     "strategies": Verb("list every strategy's config fields", add_strategies_arguments, cmd_strategies),

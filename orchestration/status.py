@@ -68,16 +68,18 @@ def format_status(folders: Sequence[FolderStatus], db_path: str) -> str:
     return "\n".join(lines)
 
 
-def cell(value: Any, max_cell: int | None = MAX_CELL) -> str:
+def cell(value: Any, max_cell: int | None = MAX_CELL, null: str = "NULL") -> str:
     """One table cell on one line: control characters shown escaped, cut at ``max_cell`` characters."""
-    text = "NULL" if value is None else str(value)
+    text = null if value is None else str(value)
     text = text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", " ")
     return text if max_cell is None or len(text) <= max_cell else text[: max_cell - 1] + "…"
 
 
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell: int | None = MAX_CELL) -> str:
-    """A plain text table: a header, a rule, one line per row; numbers right-aligned, cells cut at ``max_cell``."""
-    cells = [[cell(v, max_cell) for v in row] for row in rows]
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell: int | None = MAX_CELL,
+                 null: str = "NULL") -> str:
+    """A plain text table: a header, a rule, one line per row; numbers right-aligned, cells cut at ``max_cell``,
+    None shown as ``null``."""
+    cells = [[cell(v, max_cell, null) for v in row] for row in rows]
     numeric = [all(isinstance(row[i], (int, float)) for row in rows if row[i] is not None) and bool(rows)
                for i in range(len(columns))]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
@@ -99,3 +101,97 @@ def run_sql(con, query: str, max_rows: int) -> str:
     shown = min(len(rows), max_rows)
     more = " (more not shown; --max-rows N)" if len(rows) > max_rows else ""
     return f"{text}\n({shown} row{'s' if shown != 1 else ''}{more})"
+
+
+# --- whole-pipeline cost (the stage_costs table, written by the assets: assets/costs.py) ----------
+
+COST_COLUMNS = ["stage", "documents", "total s", "s/doc median", "s/doc max", "store s", "model s"]
+SLOWER = 1.5  # a stage whose s/doc median is at least this times the previous runs' is marked
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    stage: str  # stage_label: 'parse', 'chunk recursive', ...
+    documents: int
+    total: float
+    median: float  # of the documents' seconds
+    max: float
+    store: float
+    model: float | None  # embed stages only
+
+    def row(self) -> tuple:
+        return (self.stage, self.documents, round(self.total, 2), round(self.median, 3), round(self.max, 3),
+                round(self.store, 2), None if self.model is None else round(self.model, 2))
+
+
+def _stage_order(stage: str, strategy: str) -> tuple[int, str]:
+    from assets.costs import STAGES
+
+    return (STAGES.index(stage) if stage in STAGES else len(STAGES), strategy)
+
+
+def ingest_costs(con, ingest_id: str) -> list[StageSummary]:
+    """Per stage, over the documents of one ingest (a document run twice in it, e.g. re-run alone
+    after failing in a batch, counts once with both runs' seconds), in pipeline order."""
+    from assets.costs import stage_label
+
+    rows = con.execute(
+        """
+        WITH per_doc AS (
+            SELECT stage, strategy, doc_id, sum(seconds) AS seconds, sum(store_seconds) AS store_seconds,
+                   sum(model_seconds) AS model_seconds
+            FROM stage_costs WHERE ingest_id = ? GROUP BY ALL)
+        SELECT stage, strategy, count(*), sum(seconds), median(seconds), max(seconds), sum(store_seconds),
+               sum(model_seconds)
+        FROM per_doc GROUP BY stage, strategy
+        """,
+        [ingest_id],
+    ).fetchall()
+    rows.sort(key=lambda r: _stage_order(r[0], r[1]))
+    return [StageSummary(stage_label(stage, strategy), int(n), total, median, high, store, model)
+            for stage, strategy, n, total, median, high, store, model in rows]
+
+
+def format_costs(summaries: Sequence[StageSummary]) -> str:
+    """The cost table `chunkyard run` prints at its end: one line per stage."""
+    return format_table(COST_COLUMNS, [s.row() for s in summaries], null="-")
+
+
+def recent_ingests(con, limit: int) -> list[tuple[str, Any, int]]:
+    """(ingest_id, first recorded_at, documents) of the latest ``limit`` ingests that recorded costs, newest first."""
+    return con.execute(
+        """
+        SELECT ingest_id, min(recorded_at) AS started, count(DISTINCT doc_id)
+        FROM stage_costs GROUP BY ingest_id ORDER BY started DESC LIMIT ?
+        """,
+        [limit],
+    ).fetchall()
+
+
+def cost_comparison(con, previous: int = 5) -> str:
+    """The latest ingest's cost per stage beside the median of the ``previous`` ingests before it.
+
+    Compared per document (s/doc median), so ingests of different sizes compare; ``ratio`` is
+    latest / previous, and a stage at least ``SLOWER`` times slower is marked.
+    """
+    ingests = recent_ingests(con, previous + 1)
+    if not ingests:
+        return "no stage costs recorded yet: `chunkyard run` records them"
+    latest_id, started, docs = ingests[0]
+    latest = ingest_costs(con, latest_id)
+    before: dict[str, list[float]] = {}
+    for ingest_id, _, _ in ingests[1:]:
+        for summary in ingest_costs(con, ingest_id):
+            before.setdefault(summary.stage, []).append(summary.median)
+    rows = []
+    for s in latest:
+        earlier = sorted(before.get(s.stage, []))
+        reference = earlier[len(earlier) // 2] if earlier else None
+        ratio = round(s.median / reference, 2) if reference else None
+        mark = "slower" if ratio is not None and ratio >= SLOWER else ""
+        rows.append((s.stage, s.documents, round(s.total, 2), round(s.median, 3),
+                     None if reference is None else round(reference, 3), ratio, mark))
+    header = (f"latest ingest {latest_id[:8]} ({started:%Y-%m-%d %H:%M} UTC, {docs} document(s)) against the median "
+              f"of the {len(ingests) - 1} ingest(s) before it (s/doc medians; ratio = latest / before)")
+    table = format_table(["stage", "documents", "total s", "s/doc median", "before", "ratio", "flag"], rows, null="-")
+    return header + "\n" + table

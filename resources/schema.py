@@ -181,6 +181,24 @@ DDL: tuple[str, ...] = (
         PRIMARY KEY (run_id, strategy, k)
     )
     """,
+    # Whole-pipeline cost (assets/costs.py): seconds per document per stage, one row per
+    # Dagster run, document, stage and strategy; never updated, so runs stay comparable.
+    """
+    CREATE TABLE IF NOT EXISTS stage_costs (
+        ingest_id       VARCHAR   NOT NULL,  -- one `chunkyard run` (tag on each of its runs), else the run id
+        run_id          VARCHAR   NOT NULL,  -- the Dagster run
+        doc_id          VARCHAR   NOT NULL,
+        stage           VARCHAR   NOT NULL,  -- read | parse | chunk | embed
+        strategy        VARCHAR   NOT NULL,  -- '' for read and parse
+        seconds         DOUBLE    NOT NULL,  -- wall time of this document in this stage, store writes included
+        store_seconds   DOUBLE    NOT NULL,  -- of which writing its rows to the store
+        model_seconds   DOUBLE,              -- embed only: its share of the step's embedding-model call
+        new_embeddings  INTEGER,             -- embed only: texts the model embedded for it
+        cache_hits      INTEGER,             -- embed only: vectors found in the cache
+        recorded_at     TIMESTAMP NOT NULL,
+        PRIMARY KEY (run_id, doc_id, stage, strategy)
+    )
+    """,
 )
 
 # version -> the statements that turn a database of that version into the next one.
