@@ -369,3 +369,35 @@ def _plain_mean_pooling(model):
     if default_prompt and (getattr(model, "prompts", None) or {}).get(default_prompt):
         return None
     return getattr(modules[0], "auto_model", None)
+
+
+class RecordingEmbedder:
+    """An embedder that remembers the vector of every text it embedded.
+
+    A strategy that embeds pieces of a document (``semantic`` embeds sentences)
+    sometimes emits a chunk whose text is exactly one of those pieces; its vector
+    is then already known, and ``vectors_for`` hands it over so the embeddings
+    step does not compute it again. Exact reuse only: a vector is returned for a
+    text identical to one embedded, by the same model in the same precision.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str):
+        if name == "embedder":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.embedder, name)  # count_model_tokens, max_seq_length, ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.embedder.embed(texts)
+        for text, vector in zip(texts, vectors):
+            self._vectors.setdefault(text, vector)
+        return vectors
+
+    def vectors_for(self, texts: dict[str, str]) -> dict[str, np.ndarray]:
+        """``{key: vector}`` for each ``{key: text}`` whose text was embedded through this object."""
+        return {key: self._vectors[text] for key, text in texts.items() if text in self._vectors}

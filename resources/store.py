@@ -408,6 +408,26 @@ class ChunkStore:
             ).fetchall()
         return {sha: np.asarray(vec, dtype=np.float32) for sha, vec in rows}
 
+    def add_cached_embeddings(self, model_id: str, vectors: dict[str, np.ndarray]) -> int:
+        """Store vectors (keyed by text sha256) in the embedding cache, leaving any
+        already stored as they are; returns how many were added."""
+        if not vectors:
+            return 0
+        with self.transaction() as con:
+            present = {
+                sha for (sha,) in con.execute(
+                    "SELECT text_sha256 FROM embedding_vectors WHERE model_id = ? "
+                    "AND text_sha256 IN (SELECT unnest(?::VARCHAR[]))",
+                    [model_id, list(vectors)],
+                ).fetchall()
+            }
+            rows = [
+                (model_id, sha, len(v), np.asarray(v, dtype=np.float32).tolist())
+                for sha, v in vectors.items() if sha not in present
+            ]
+            insert_rows(con, "embedding_vectors", VECTOR_COLUMNS, rows)
+        return len(rows)
+
     def replace_embeddings(
         self,
         doc_id: str,
