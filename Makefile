@@ -63,12 +63,13 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
 
+# --no-compile: no .pyc for the thousands of files of torch and dagster up front
+# (minutes on a loaded machine); Python compiles what the benches import, once.
 $(BENCH_STAMP): pyproject.toml bench/requirements-peers.txt
 	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_PY) -m pip install --quiet --upgrade pip
-	$(BENCH_PY) -m pip install --quiet torch==2.13.0
-	$(BENCH_PY) -m pip install --quiet -e .
-	$(BENCH_PY) -m pip install --quiet -r bench/requirements-peers.txt
+	$(BENCH_PY) -m pip install --quiet --no-compile --upgrade pip
+	$(BENCH_PY) -m pip install --quiet --no-compile torch==2.13.0
+	$(BENCH_PY) -m pip install --quiet --no-compile -e . -r bench/requirements-peers.txt
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
