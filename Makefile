@@ -58,7 +58,7 @@ ui-command:
 # and the semantic one (~50k tokens through the model), each printed as it finishes.
 # Its own venv, .venv-bench: the project (torch 2.13.0 CPU first, as above) plus the
 # peers of bench/requirements-peers.txt, which the project itself does not need.
-# About 10 minutes on a shared 2-core machine once the venv exists (README, "make bench").
+# ~11 minutes on this 2-core machine at load 15-20 once the venv exists (README, "make bench").
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
