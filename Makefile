@@ -54,8 +54,33 @@ ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 ui-command:
 	@echo $(UI_COMMAND)
 
-bench: $(STAMP)
-	for script in bench/*.py; do $(PY) $$script || exit 1; done
+# `make bench`: the chunker speed table (x one tiktoken encode, with the peer chunkers)
+# and the semantic one (~50k tokens through the model), each printed as it finishes.
+# Its own venv, .venv-bench: the project (torch 2.13.0 CPU first, as above) plus the
+# peers of bench/requirements-peers.txt, which the project itself does not need.
+# ~11 minutes on this 2-core machine at load 15-20 once the venv exists (README, "make bench").
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
+
+# --no-compile: no .pyc for the thousands of files of torch and dagster up front
+# (minutes on a loaded machine); Python compiles what the benches import, once.
+$(BENCH_STAMP): pyproject.toml bench/requirements-peers.txt
+	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --no-compile --upgrade pip
+	$(BENCH_PY) -m pip install --quiet --no-compile torch==2.13.0
+	$(BENCH_PY) -m pip install --quiet --no-compile -e . -r bench/requirements-peers.txt
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	@echo "== bench/bench_strategies.py: chunkers and peers, x one encode"
+	@if $(BENCH_PY) bench/bench_strategies.py --help | grep -q -- --quick; then \
+		$(BENCH_PY) bench/bench_strategies.py --quick; \
+	else \
+		$(BENCH_PY) bench/bench_strategies.py --no-hostile --repeat 3; \
+	fi
+	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, float32 default vs int8"
+	$(BENCH_PY) bench/bench_semantic.py --repeat 3
 
 clean:
 	rm -rf data .dagster

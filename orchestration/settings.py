@@ -38,7 +38,7 @@ class Settings(BaseModel):
     embedding_model: str = DEFAULT_MODEL
     embedding_batch_size: int = Field(64, ge=1)
     embedding_device: str = "cpu"
-    embedding_precision: str = "float32"
+    embedding_precision: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
     embedding_batch_tokens: int | None = Field(2048, ge=1)
     embedding_workers: int | None = Field(None, ge=1)
     # None: every registered strategy.

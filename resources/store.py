@@ -409,6 +409,14 @@ class ChunkStore:
             ).fetchall()
         return {sha: np.asarray(vec, dtype=np.float32) for sha, vec in rows}
 
+    def add_cached_embeddings(self, model_id: str, vectors: dict[str, np.ndarray]) -> int:
+        """Store vectors (keyed by text sha256) in the embedding cache, leaving any
+        already stored as they are; returns how many were added."""
+        if not vectors:
+            return 0
+        with self.transaction() as con:
+            return _insert_missing_vectors(con, model_id, vectors)
+
     def replace_embeddings(
         self,
         doc_id: str,
@@ -429,17 +437,7 @@ class ChunkStore:
         with self.transaction() as con:
             if vectors:
                 # Another partition of the batch may have stored the same text already.
-                present = {
-                    sha for (sha,) in con.execute(
-                        "SELECT text_sha256 FROM embedding_vectors WHERE model_id = ? "
-                        "AND text_sha256 IN (SELECT unnest(?::VARCHAR[]))",
-                        [model_id, list(vectors)],
-                    ).fetchall()
-                }
-                insert_rows(con, "embedding_vectors", VECTOR_COLUMNS, [
-                    (model_id, sha, len(v), np.asarray(v, dtype=np.float32).tolist())
-                    for sha, v in vectors.items() if sha not in present
-                ])
+                _insert_missing_vectors(con, model_id, vectors)
             con.execute("DELETE FROM chunk_embeddings WHERE doc_id = ? AND strategy = ?", [doc_id, strategy])
             insert_rows(con, "chunk_embeddings", CHUNK_EMBEDDING_COLUMNS, [
                 (doc_id, strategy, i, model_id, sha) for i, sha, _ in rows
@@ -511,6 +509,23 @@ class ChunkStore:
                 yield con
             finally:
                 con.close()
+
+
+def _insert_missing_vectors(con: duckdb.DuckDBPyConnection, model_id: str, vectors: dict[str, np.ndarray]) -> int:
+    """Insert the vectors (by text sha256) not yet in ``embedding_vectors``; returns how many."""
+    present = {
+        sha for (sha,) in con.execute(
+            "SELECT text_sha256 FROM embedding_vectors WHERE model_id = ? "
+            "AND text_sha256 IN (SELECT unnest(?::VARCHAR[]))",
+            [model_id, list(vectors)],
+        ).fetchall()
+    }
+    rows = [
+        (model_id, sha, len(v), np.asarray(v, dtype=np.float32).tolist())
+        for sha, v in vectors.items() if sha not in present
+    ]
+    insert_rows(con, "embedding_vectors", VECTOR_COLUMNS, rows)
+    return len(rows)
 
 
 def insert_rows(

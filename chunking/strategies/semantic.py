@@ -108,10 +108,23 @@ BREAKPOINT_DEFAULTS: dict[str, float] = {
 _TABLE_TAG = re.compile(r"<(/?)table\b[^>]*?(/?)>", re.IGNORECASE)
 
 
-class SemanticConfig(TokenBudgetConfig):
-    """Configuration of the ``semantic`` strategy (LightRAG V defaults)."""
+# The default cap fits the default embedding model (all-MiniLM-L6-v2 reads 256 word
+# pieces, [CLS] and [SEP] included, and drops the rest). The seed's 1200 tokens make
+# ~600-token chunks, of which the model reads the first ~200 tokens: their vector
+# says nothing of the rest. cl100k tokens run 1.05-1.3 word pieces on prose, so 200
+# tokens fit; the ``within_model_max_sequence`` check warns where they do not.
+SEED_CHUNK_TOKEN_SIZE = 1200
+DEFAULT_CHUNK_TOKEN_SIZE = 200
 
-    chunk_token_size: int = Field(1200, ge=1, description="Hard cap on tokens per chunk.")
+
+class SemanticConfig(TokenBudgetConfig):
+    """Configuration of the ``semantic`` strategy: LightRAG V's, but a cap that fits the default model."""
+
+    chunk_token_size: int = Field(
+        DEFAULT_CHUNK_TOKEN_SIZE, ge=1,
+        description=f"Hard cap on tokens per chunk (seed: {SEED_CHUNK_TOKEN_SIZE}; {DEFAULT_CHUNK_TOKEN_SIZE} fits "
+        "the 256 word pieces all-MiniLM-L6-v2 reads).",
+    )
     breakpoint_threshold_type: ThresholdType = "percentile"
     breakpoint_threshold_amount: float | None = Field(
         None, description="None: 95 / 3 / 1.5 / 95 for percentile / standard_deviation / interquartile / gradient."
@@ -158,7 +171,7 @@ def split_semantic(
     tokenizer: Tokenizer,
     embed: EmbedFunction | None,
     *,
-    chunk_token_size: int = 1200,
+    chunk_token_size: int = DEFAULT_CHUNK_TOKEN_SIZE,
     breakpoint_threshold_type: ThresholdType = "percentile",
     breakpoint_threshold_amount: float | None = None,
     number_of_chunks: int | None = None,

@@ -104,3 +104,64 @@ def test_concurrent_embeds_from_two_threads_get_their_own_vectors(embedder):
         thread.join()
     for vectors in results.values():
         assert np.abs(vectors[::-1] - expected).max() < 1e-5
+
+
+# --- precision chosen by the CPU, and one forward per distinct text -------------------
+
+
+def test_auto_precision_is_bfloat16_only_where_the_cpu_has_native_bfloat16(tmp_path):
+    from chunking.embedding import auto_precision, cpu_flags
+
+    assert auto_precision(frozenset({"sse4_2", "avx2", "fma"})) == "float32"
+    assert auto_precision(frozenset({"avx2", "avx512f"})) == "float32"  # AVX-512 without BF16 emulates it
+    assert auto_precision(frozenset({"avx512f", "avx512_bf16"})) == "bfloat16"
+    assert auto_precision(frozenset({"amx_tile", "amx_bf16"})) == "bfloat16"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile\n\nprocessor\t: 1\nflags\t: fpu\n")
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "amx_bf16", "amx_tile"}
+    assert cpu_flags(str(tmp_path / "absent")) == frozenset()  # not Linux: float32
+
+
+def test_the_resource_keys_its_cache_by_the_resolved_precision(monkeypatch):
+    import resources.embedding as resource_module
+    from resources.embedding import EmbeddingModelResource
+
+    monkeypatch.setattr(resource_module, "resolve_precision", lambda p: "bfloat16" if p == "auto" else p)
+    assert EmbeddingModelResource().model_id == "all-MiniLM-L6-v2:bfloat16"
+    assert EmbeddingModelResource(precision="float32").model_id == "all-MiniLM-L6-v2"
+    monkeypatch.setattr(resource_module, "resolve_precision", lambda p: "float32" if p == "auto" else p)
+    assert EmbeddingModelResource().model_id == "all-MiniLM-L6-v2"
+
+
+def test_distinct_texts_keep_their_rows():
+    from chunking.embedding import _distinct
+
+    distinct, rows = _distinct(["a", "b", "a", "c", "b"])
+    assert distinct == ["a", "b", "c"]
+    assert rows.tolist() == [0, 1, 0, 2, 1]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("length_sorted", [True, False])
+def test_a_repeated_text_goes_through_the_model_once(embedder, length_sorted):
+    before = embedder.texts_embedded
+    vectors = _embed(embedder, length_sorted=length_sorted)  # 63 texts, 7 distinct
+    assert embedder.texts_embedded - before == len(set(TEXTS)) == 7
+    reference = embedder._model.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    assert vectors.shape == reference.shape
+    assert np.abs(vectors - reference).max() < 1e-5
+
+
+@pytest.mark.model
+def test_int8_quantizes_the_linear_layers_and_stays_close_to_float32(embedder):
+    import torch
+
+    full = _embed(embedder, precision="float32")
+    int8 = _embed(embedder, precision="int8")
+    quantized = embedder._transformers["int8"]
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())  # every Linear replaced
+    assert any(type(m) is torch.nn.Linear for m in embedder._mean_pooled.modules())  # the float32 model untouched
+    cosine = (full * int8).sum(1)
+    assert not np.allclose(full, int8, atol=1e-4)
+    assert cosine.min() > 0.85 and np.median(cosine) > 0.95
+    assert np.allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5)

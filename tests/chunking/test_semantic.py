@@ -338,8 +338,9 @@ def test_one_sentence_is_one_chunk_without_a_model_call():
 
 @pytest.mark.parametrize("kind", sorted(BREAKPOINT_DEFAULTS))
 def test_identical_repeated_sentences_do_not_split_below_the_cap(kind):
-    text = " ".join(["Same words here."] * 12)
-    assert spans_text(split_semantic(text, CHAR, TopicEmbed(), breakpoint_threshold_type=kind)) == [text]
+    text = " ".join(["Same words here."] * 12)  # 203 characters, under the cap of 1000
+    spans = split_semantic(text, CHAR, TopicEmbed(), breakpoint_threshold_type=kind, chunk_token_size=1000)
+    assert spans_text(spans) == [text]
 
 
 def test_gradient_on_two_sentences_does_not_split():
@@ -426,7 +427,7 @@ def test_tiktoken_counts_are_exact():
 
 def test_config_defaults_and_validation():
     config = SemanticConfig()
-    assert (config.chunk_token_size, config.token_cap, config.buffer_size) == (1200, 1200, 1)
+    assert (config.chunk_token_size, config.token_cap, config.buffer_size) == (200, 200, 1)
     assert config.breakpoint_threshold_type == "percentile" and config.breakpoint_threshold_amount is None
     assert (config.window_mode, config.window_shape, config.chunk_overlap_token_size) == ("combine", "gap", 0)
     with pytest.raises(ValidationError, match="percentile in"):

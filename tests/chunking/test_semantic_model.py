@@ -59,3 +59,13 @@ def test_fast_batching_and_bfloat16_match_sentence_transformers(embedder):
         embedder.precision = "float32"
     assert np.min(np.sum(half * reference, axis=1)) > 0.999
     assert embedder.embed([]).shape == (0, embedder.dimension)
+
+
+def test_int8_precision_splits_between_the_two_topics_too(embedder):
+    text = " ".join(PASTA) + "\n\n" + " ".join(ASTRONOMY)
+    embedder.precision = "int8"
+    try:
+        chunks = chunk_semantic(ParsedDocument.from_text(text), SemanticConfig(), TiktokenTokenizer(), embedder)
+    finally:
+        embedder.precision = "float32"
+    assert [c.text for c in chunks] == [" ".join(PASTA), " ".join(ASTRONOMY)]
