@@ -9,8 +9,9 @@ Invariants a caller relies on:
 * A chunk's ``char_start``/``char_end`` index into ``ParsedDocument.text``.
   For strategies that emit source text verbatim (``recursive``, ``sentence_window``,
   ``semantic``) ``chunk.text == doc.text[chunk.char_start:chunk.char_end]``; strategies
-  that rewrite text (normalisation, injected table headers, ``[part n]`` labels) set
-  ``verbatim=False`` and the span is the source region the chunk was derived from.
+  that rewrite text (normalisation, injected table headers, blocks joined) set
+  ``verbatim=False`` on those chunks and the span is the tightest source region the
+  chunk was derived from (``paragraph`` sets ``verbatim`` exactly when the span holds the text).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def assert_invariants(doc: ParsedDocument, chunks, tok, n: int) -> None:
     for c in chunks:
         assert c.text.strip() == c.text and c.text
         assert c.token_count == count(tok, c.text) <= n
-        assert not c.verbatim
+        _assert_own_span(doc, c)
         meta = c.metadata["heading"]
         assert set(meta) == {"level", "heading", "parent_headings"}
         # Never deep-absorbs-shallow: no heading line shallower than the chunk's own level.
@@ -679,7 +679,7 @@ def test_an_over_cap_merge_is_undone(tok):
     assert count(tok, joined.content) > cap
     lying = dataclasses.replace(joined, tokens=2)  # an estimate that a join made wrong (pending join)
     out = P._within_cap(lying, ctx)
-    assert [(text, tokens) for _, text, tokens in out] == [(a_text, count(tok, a_text)), (b_text, count(tok, b_text))]
+    assert [(text, tokens) for _, text, tokens, _ in out] == [(a_text, count(tok, a_text)), (b_text, count(tok, b_text))]
 
 
 # --------------------------------------------------------------------------- §3.7 overlap invariants
@@ -870,3 +870,57 @@ def test_over_limit_bound_never_claims_a_text_within_the_limit(tok):
     assert ctx.over_limit_bound(line[:200], 10) is None  # too short to be worth a prefix count
     bound = ctx.over_limit_bound(line, 10)
     assert bound is not None and 10 < bound <= count(tok, line)
+
+
+# --------------------------------------------------------------------------- provenance of the pieces of a block
+
+
+def _assert_own_span(doc: ParsedDocument, chunk) -> None:
+    """A verbatim chunk's span holds exactly its text; a rewritten one says so and stays near its text."""
+    assert 0 <= chunk.char_start < chunk.char_end <= len(doc.text)
+    assert chunk.verbatim == (doc.text[chunk.char_start : chunk.char_end] == chunk.text)
+    if chunk.verbatim:
+        return
+    # Rewritten (merged blocks, injected headers, copied bridge text): the span covers
+    # the source it was cut from, never much more than the chunk holds.
+    assert chunk.char_end - chunk.char_start <= 3 * len(chunk.text) + 200, chunk.text[:80]
+
+
+def test_pieces_of_a_long_block_carry_their_own_span_pages_and_block(tok):
+    """R pieces of one over-long content line: each its own verbatim span, not the block's."""
+    words = " ".join(f"word{i}" for i in range(900))
+    blocks = [
+        Block(block_id="b0", index=0, heading="Intro", level=1, content="# Intro\nShort opening line."),
+        Block(block_id="b1", index=1, heading="Long", level=1, content=f"# Long\n{words}"),
+        Block(block_id="b2", index=2, heading="Tail", level=1, content="# Tail\nA closing line."),
+    ]
+    located = with_spans(blocks)
+    half = located.blocks[1].char_start + len(located.blocks[1].content) // 2
+    doc = located.model_copy(update={"pages": [
+        Page(page_num=0, char_offset=0, text=located.text[:half]),
+        Page(page_num=1, char_offset=half, text=located.text[half:]),
+    ]})
+    n = count(tok, words) // 6
+    chunks = run(doc, tok, n, overlap=n // 5)
+    # The R pieces of the long line (its last one may have been merged with "Tail").
+    pieces = [c for c in chunks if c.text.startswith("word") and "#" not in c.text]
+    assert len(pieces) >= 4
+    for c in chunks:
+        _assert_own_span(doc, c)
+    for c in pieces:
+        assert c.verbatim and doc.text[c.char_start : c.char_end] == c.text
+        assert c.block_ids == ["b1"]
+        assert (c.page_start, c.page_end) == (doc.page_at(c.char_start), doc.page_at(c.char_end - 1))
+    assert {c.page_start for c in pieces} == {0, 1}
+    # Spans follow the text: increasing, overlapping only by R's overlap.
+    starts = [c.char_start for c in chunks]
+    assert starts == sorted(starts)
+
+
+def test_spans_of_every_piece_on_the_fixtures(tok):
+    """Anchor sub-blocks, table slices, bridges, glued headings: every chunk's span is its own."""
+    for name in ("long_blocks", "tables_json", "tables_html", "bridge", "degrade", "glue_overcap", "seed_example"):
+        doc = load(name)
+        for n in (60, 200):
+            for c in run(doc, tok, n, overlap=n // 4):
+                _assert_own_span(doc, c)

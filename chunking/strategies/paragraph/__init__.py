@@ -42,8 +42,17 @@ The invariants a caller relies on:
 * every split table slice is a legal ``<table ...>`` tag with the table's own
   attributes, and its middle/last slices carry the header from ``.tables.json``
   when there is one;
-* ``block_ids`` lists every source block a chunk was built from; the char span
-  runs from the first to the last of them.
+* ``block_ids`` lists every source block a chunk was built from (a piece of a
+  split section only the blocks it overlaps). The char span is the tightest span
+  of the parsed text covering the characters the chunk was built from: every
+  stage carries each line's source position (``Paragraph.src``, or a
+  :class:`~.model.CharMap` for content a parser derived from its source), so an
+  R piece, anchor sub-block, row slice or bridge copy has its own span, not its
+  block's. ``verbatim`` is set exactly when ``text[char_start:char_end]`` is the
+  chunk's text; otherwise (blocks joined by a blank line, a re-injected table
+  header, rendered markup) the span covers the source rows and lines the chunk
+  came from, an injected header being a copy that adds nothing to it. The spans
+  of a block's pieces cover all of it.
 
 Where we differ from the reference implementation, on purpose:
 
@@ -99,26 +108,33 @@ from chunking.strategies.paragraph.model import (
     Thresholds,
     _Context,
     _at,
+    _source_of,
     log,
 )
 
 
-def _within_cap(section: Section, ctx: _Context) -> list[tuple[Section, str, int]]:
-    """``(section, final text, exact tokens)``; a merge found over the cap is undone."""
-    text = section.content.strip()
-    if section.pending == 0 and not section.over_cap and text == section.content:
+def _within_cap(section: Section, ctx: _Context) -> list[tuple[Section, str, int, tuple[int, int]]]:
+    """``(section, final text, exact tokens, where the text lies in section.content)``.
+
+    A merge found over the cap is undone; a single block over it goes to R, each
+    piece keeping its own place in the content (and so in the source).
+    """
+    content = section.content
+    text = content.strip()
+    lead = len(content) - len(content.lstrip())
+    if section.pending == 0 and not section.over_cap and text == content:
         tokens = section.tokens
     else:
         at = _at(section.paragraphs)
-        tokens = ctx.count_at(text, at + len(section.content) - len(section.content.lstrip()) if at >= 0 else -1)
+        tokens = ctx.count_at(text, at + lead if at >= 0 else -1)
     cap = ctx.limits.target_max
     if tokens <= cap:
-        return [(section, text, tokens)]
+        return [(section, text, tokens, (lead, lead + len(text)))]
     if section.parts:
         log.warning("paragraph_semantic: a merge measured %d > %d tokens on its final text; undone", tokens, cap)
         return [item for part in section.parts for item in _within_cap(replace(part, parts=()), ctx)]
     log.warning("paragraph_semantic: block %r measured %d > %d tokens; fallback to recursive_character", section.heading, tokens, cap)
-    return [(section, t, n) for t, n in ctx.recursive(text, cap, ctx.overlap)]
+    return [(section, s.text, s.tokens, (lead + s.start, lead + s.end)) for s in ctx.recursive(text, cap, ctx.overlap)]
 
 
 def split_paragraph_semantic(
@@ -133,6 +149,7 @@ def split_paragraph_semantic(
     drop_references: bool = False,
     references_headings: Sequence[str] = references.DEFAULT_REFERENCES_HEADINGS,
     references_tail_n: int = references.DEFAULT_REFERENCES_TAIL_N,
+    source_text: str = "",
 ) -> list[ParagraphPiece]:
     """Run the P pipeline on heading-level blocks; ``[]`` when no block has content.
 
@@ -140,11 +157,14 @@ def split_paragraph_semantic(
     ``.tables.json`` "tables" mapping (the header source of HeaderRecovery).
     With ``drop_references`` the reference section is left out first (see
     :mod:`.references`). Raises ValueError when a table's stored header has the
-    other format.
+    other format. ``source_text`` is the text the blocks' ``char_start`` /
+    ``char_end`` index into: with it, each piece's ``span`` is the tightest
+    span of it covering the characters the piece was built from (exact for
+    verbatim text, see :func:`.model._source_of`).
     """
     limits = Thresholds.from_size(chunk_token_size)
     overlap = min(max(int(chunk_overlap_token_size), 0), max(limits.target_max - 1, 0))
-    ctx = _Context(tokenizer, limits, overlap, tuple(separators), tables or {}, doc_id)
+    ctx = _Context(tokenizer, limits, overlap, tuple(separators), tables or {}, doc_id, source=source_text)
     if drop_references:
         blocks = references.run(blocks, references_headings, references_tail_n)
     labelled: list[Section] = []
@@ -154,8 +174,10 @@ def split_paragraph_semantic(
     merged = level_merge.run(heading_glue.run(labelled, ctx), ctx)
     pieces = []
     for section in merged:
-        for sec, text, tokens in _within_cap(section, ctx):
+        for sec, text, tokens, (start, end) in _within_cap(section, ctx):
             if text:
+                span, blocks = _source_of(sec.paragraphs, sec.content, start, end)
+                whole = (start, end) == (0, len(sec.content)) or text == sec.content.strip()
                 pieces.append(
                     ParagraphPiece(
                         text=text,
@@ -164,8 +186,10 @@ def split_paragraph_semantic(
                         base_heading=sec.base_heading,
                         level=sec.level,
                         parent_headings=sec.parent_headings,
-                        sources=tuple(dict.fromkeys(sec.sources)),
+                        # A piece of a section holds only the blocks it overlaps.
+                        sources=tuple(dict.fromkeys(sec.sources if whole or not blocks else blocks)),
                         table_fragment=any(p.table_fragment for p in sec.paragraphs) or _unbalanced_tables(text),
+                        span=span,
                     )
                 )
     return pieces
@@ -207,10 +231,11 @@ def chunk_paragraph(
         drop_references=config.drop_references,
         references_headings=config.references_headings,
         references_tail_n=config.references_tail_n,
+        source_text=doc.text,
     )
     chunks = []
     for piece in pieces:
-        start, end = _span(doc.blocks, piece.sources)
+        start, end = piece.span or _span(doc.blocks, piece.sources)
         chunks.append(
             Chunk(
                 text=piece.text,
@@ -219,7 +244,9 @@ def chunk_paragraph(
                 token_count=piece.tokens,
                 heading_path=[*piece.parent_headings, piece.base_heading] if piece.base_heading else list(piece.parent_headings),
                 block_ids=[doc.blocks[i].block_id for i in piece.sources if doc.blocks[i].block_id],
-                verbatim=False,
+                # Verbatim exactly when the span holds the text (blocks joined by a blank
+                # line, injected headers and [part n]-free rewrites are not).
+                verbatim=doc.text[start:end] == piece.text,
                 metadata={
                     "heading": {
                         "level": piece.level,

@@ -94,11 +94,11 @@ def _pack_without_anchor(
     for para, c in zip(paragraphs, counts):
         if para.is_table and c > cap:
             limits = _TableLimits(cap, min(lim.target_ideal, cap), max(int(cap * TABLE_MIN_LAST_RATIO), 1), cap)
-            pieces.extend((replace(p, role=para.role), None) for p in split_table(para.text, ctx, limits))
+            pieces.extend((replace(p, role=para.role), None) for p in split_table(para.text, ctx, limits, para))
         elif c > cap:
             # Ordinary text keeps R overlap: it is one content line's body (§3.7).
             pieces.extend(
-                (replace(para, text=t, is_table=False), n) for t, n in ctx.recursive(para.text, cap, ctx.overlap)
+                (para.cut(s.start, s.end, is_table=False), s.tokens) for s in ctx.recursive(para.text, cap, ctx.overlap)
             )
         else:
             pieces.append((para, c))

@@ -14,11 +14,11 @@ from chunking.strategies.paragraph.model import (
     _Context,
     _at,
     _join,
+    _lines_of,
     _section,
     _try_join,
     log,
 )
-from chunking.strategies.paragraph.table_bridge import _lines
 
 
 def run(sections: Sequence[Section], ctx: _Context) -> list[Section]:
@@ -75,7 +75,10 @@ def _bond(chain: Sequence[Section], ctx: _Context) -> list[Section]:
     log.debug("paragraph_semantic: glued heading %r over the cap; re-splitting its body", prefix.heading)
     prefix_tokens = ctx.count_at(prefix.content + BLOCK_JOINER, _at(prefix.paragraphs))
     if prefix_tokens >= cap:
-        return [_section(prefix, _lines(t), ctx, sources=whole.sources) for t, _ in ctx.recursive(whole.content, cap, ctx.overlap)]
+        return [
+            _section(prefix, _lines_of(whole.paragraphs, whole.content, s.start, s.end), ctx, sources=whole.sources)
+            for s in ctx.recursive(whole.content, cap, ctx.overlap)
+        ]
     counts = ctx.count_lines(child.paragraphs)
     body = _pack_without_anchor(child, child.paragraphs, counts, cap, ctx)
     first = body[0]

@@ -3,6 +3,7 @@ the counting context, and the merge primitives HeadingGlue and LevelMerge share.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 from dataclasses import dataclass, field, replace
@@ -12,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pydantic import Field
 
 from chunking.strategies import TokenBudgetConfig
-from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
+from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
 from chunking.tokenizers import SpanCount, Tokenizer, count_tokens, span_counter
 
 
@@ -99,6 +100,46 @@ class ParagraphConfig(TokenBudgetConfig):
         return Thresholds.from_size(self.chunk_token_size)
 
 
+@dataclass(frozen=True, eq=False)
+class CharMap:
+    """Where each character of a block's content comes from in the source, for content a
+    parser derived from its source span ``[start, end)`` (reflowed lines, rendered markup).
+
+    ``positions[i]`` is the source position of ``content[i]``, non-decreasing. The
+    spans it gives the pieces of the block tile the block's span: a piece starts
+    just after the source of the character before it (the block's start for the
+    first piece) and the piece holding the last character ends at the block's
+    end, so source characters the parser rendered away (markup, escapes) stay
+    inside some chunk's span; source whitespace at either end is trimmed.
+    """
+
+    content: str
+    positions: Sequence[int]
+    start: int
+    end: int
+    source: str = field(default="", repr=False)
+
+    @cached_property
+    def last(self) -> int:
+        return len(self.content.rstrip()) - 1
+
+    def span(self, first: int, last: int) -> tuple[int, int]:
+        """The source span of ``content[first:last + 1]`` (both non-space characters)."""
+        if first == 0:
+            lo = self.start
+        else:
+            lo = self.positions[first - 1] + (0 if self.content[first - 1].isspace() else 1)
+        hi = self.end if last >= self.last else self.positions[last] + 1
+        lo = min(max(lo, self.start), self.end)
+        hi = min(max(hi, lo), self.end)
+        # Source whitespace at either end holds nothing of the piece: trimmed.
+        while lo < hi and self.source[lo : lo + 1].isspace():
+            lo += 1
+        while hi > lo and self.source[hi - 1 : hi].isspace():
+            hi -= 1
+        return lo, hi
+
+
 @dataclass(frozen=True)
 class Paragraph:
     """One line of a block. ``role`` is set on a split table's slices (and fragments)."""
@@ -108,6 +149,43 @@ class Paragraph:
     role: str = NONE
     table_fragment: bool = False  # an R piece of a table that had to degrade: partial markup by design
     at: int = -1  # where the line starts in the context's layout text (-1: not laid out)
+    # Provenance in the parsed document's text (the source), carried through every stage:
+    src: int = -1  # ``text == source[src:src + len(text)]``; -1 when the text is not a verbatim copy
+    region: tuple[int, int] | None = None  # for rewritten text (a table slice): the source span it came from
+    block: int = -1  # index of the block it belongs to
+    # A block whose content a parser derived from its source span (reflowed lines,
+    # rendered markup): the source position of each content character
+    # (``charmap[charmap_at + i]`` for ``text[i]``), shared by the block's lines.
+    charmap: "CharMap | None" = field(default=None, compare=False, repr=False)
+    charmap_at: int = 0
+
+    def source_span(self) -> tuple[int, int] | None:
+        """The source characters this text came from: exact when verbatim, else its region."""
+        if self.src >= 0:
+            return self.src, self.src + len(self.text)
+        if self.charmap is not None:
+            return self._mapped_span()
+        return self.region
+
+    def _mapped_span(self) -> tuple[int, int] | None:
+        """The span of a derived text through its block's character map (see :class:`CharMap`)."""
+        cm = self.charmap
+        first = self.charmap_at + len(self.text) - len(self.text.lstrip())
+        last = self.charmap_at + len(self.text.rstrip()) - 1
+        if first > last:
+            return None
+        return cm.span(first, last)
+
+    def cut(self, start: int, end: int, **changes: Any) -> "Paragraph":
+        """``text[start:end]`` as a paragraph of its own, keeping its provenance (and layout position)."""
+        return replace(
+            self,
+            text=self.text[start:end],
+            src=self.src + start if self.src >= 0 else -1,
+            at=self.at + start if self.at >= 0 else -1,
+            charmap_at=self.charmap_at + start,
+            **changes,
+        )
 
 
 @dataclass(frozen=True)
@@ -164,6 +242,9 @@ class ParagraphPiece:
     parent_headings: tuple[str, ...]
     sources: tuple[int, ...]  # indices into the input blocks, in order, unique
     table_fragment: bool = False  # holds R pieces of a degraded table (unbalanced <table> markup)
+    # The tightest source span covering the characters the piece was built from
+    # (None when the blocks' contents are not located in a source text).
+    span: tuple[int, int] | None = None
 
 
 @dataclass
@@ -181,6 +262,8 @@ class _Context:
     # by BLOCK_JOINER): a section's text, merged or not, is mostly a span of it.
     layout: str = ""
     _layout_count: SpanCount | None = None
+    # The parsed document's text the blocks index into ("" when unknown): provenance only.
+    source: str = ""
 
     def count(self, text: str) -> int:
         return count_tokens(self.tokenizer, text) if text else 0
@@ -260,11 +343,14 @@ class _Context:
             exact = self._measured[joined] = self.count_at(joined, at)
         return exact <= limit, exact, 0
 
-    def recursive(self, text: str, cap: int, overlap: int) -> list[tuple[str, int]]:
-        """R character split (the seed's ``chunking_by_recursive_character`` fallback): (text, tokens)."""
+    def recursive(self, text: str, cap: int, overlap: int) -> list[Span]:
+        """R character split (the seed's ``chunking_by_recursive_character`` fallback).
+
+        Each span holds ``text[start:end]`` and its exact token count, so the
+        pieces keep their place in the source.
+        """
         cap = max(cap, 1)
-        spans = split_recursive(text, self.tokenizer, cap, min(overlap, cap - 1), self.separators)
-        return [(s.text, s.tokens) for s in spans]
+        return split_recursive(text, self.tokenizer, cap, min(overlap, cap - 1), self.separators)
 
 
 def _section(
@@ -326,3 +412,59 @@ def _try_join(left: Section, right: Section, ctx: _Context, limit: int) -> Secti
     joined = _join(left, right, ctx)
     fits, tokens, pending = ctx.fits(joined.tokens, joined.pending, lambda: joined.content, limit, _at(joined.paragraphs))
     return replace(joined, tokens=tokens, pending=pending) if fits else None
+
+
+def _positions(paragraphs: Sequence[Paragraph], content: str) -> list[int]:
+    """Where each paragraph's text starts in ``content`` (which joins them, in order)."""
+    out, pos = [], 0
+    for p in paragraphs:
+        at = content.find(p.text, pos)
+        if at < 0:  # not a join of these paragraphs: a caller bug, never silent provenance
+            raise AssertionError(f"paragraph text not found in its section content: {p.text[:40]!r}")
+        out.append(at)
+        pos = at + len(p.text)
+    return out
+
+
+def _lines_of(paragraphs: Sequence[Paragraph], content: str, start: int, end: int) -> list[Paragraph]:
+    """The non-blank lines of ``content[start:end]`` as paragraphs that keep their provenance.
+
+    ``content`` joins ``paragraphs`` (by newlines), so each line lies inside one
+    of them; the text of the result is ``[ln for ln in content[start:end].split("\n")
+    if ln.strip()]`` exactly.
+    """
+    positions = _positions(paragraphs, content)
+    out, pos = [], start
+    for line in content[start:end].split("\n"):
+        if line.strip():
+            i = bisect.bisect_right(positions, pos) - 1
+            para = paragraphs[i]
+            offset = pos - positions[i]
+            out.append(para.cut(offset, offset + len(line), is_table=False, role=NONE, table_fragment=False))
+        pos += len(line) + 1
+    return out
+
+
+def _source_of(
+    paragraphs: Sequence[Paragraph], content: str, start: int, end: int
+) -> tuple[tuple[int, int] | None, tuple[int, ...]]:
+    """The source span and blocks of ``content[start:end]`` (``content`` joins ``paragraphs``).
+
+    The span is the tightest one covering the source characters of the
+    paragraphs it overlaps: the exact characters of verbatim ones, the region of
+    rewritten ones. ``None`` when none of them has a source.
+    """
+    lo = hi = None
+    blocks: list[int] = []
+    for para, at in zip(paragraphs, _positions(paragraphs, content)):
+        a, b = max(start, at), min(end, at + len(para.text))
+        if a >= b:
+            continue
+        if para.block >= 0 and para.block not in blocks:
+            blocks.append(para.block)
+        located = para.cut(a - at, b - at).source_span()
+        if located is None:
+            continue
+        s, e = located
+        lo, hi = (s, e) if lo is None else (min(lo, s), max(hi, e))
+    return (None if lo is None else (lo, hi)), tuple(blocks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from chunking.strategies.paragraph.model import LINE_JOINER, Paragraph, _Context, log
+from chunking.strategies.paragraph.model import LINE_JOINER, Paragraph, _Context, _lines_of, log
 
 
 def _head_within(text: str, tokens: list[int], budget: int, ctx: _Context) -> str:
@@ -51,10 +51,6 @@ def _snap_tail(text: str, tail: str) -> str:
     return tail
 
 
-def _lines(text: str) -> list[Paragraph]:
-    return [Paragraph(line) for line in text.split("\n") if line.strip()]
-
-
 def run(
     last_slice: Paragraph, bridge: Sequence[Paragraph], next_first: Paragraph, ctx: _Context
 ) -> tuple[list[Paragraph], list[Paragraph], list[Paragraph]]:
@@ -81,4 +77,7 @@ def run(
         return [last_slice, *bridge], [], list(bridge)
     prefix = _snap_head(text, _head_within(text, tokens, prev_budget, ctx))
     suffix = _snap_tail(text, _tail_within(text, tokens, next_budget, ctx))
-    return [last_slice, *_lines(prefix)], list(bridge), _lines(suffix)
+    # Both are copies of the bridge's own text: its lines keep their source positions.
+    head = _lines_of(bridge, text, 0, len(prefix))
+    tail = _lines_of(bridge, text, len(text) - len(suffix), len(text))
+    return [last_slice, *head], list(bridge), tail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -18,6 +19,7 @@ class _HtmlRow:
     section: str  # "thead" / "tbody" / "tfoot" / "" (a bare <tr>)
     open_tag: str
     html: str
+    span: tuple[int, int] = (0, 0)  # where the row (and any leftover after it) lies in the body
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,10 @@ def _html_rows(body: str) -> tuple[str, list[_HtmlRow], str] | None:
             section, open_tag = ("", "") if tag.group(1) else (tag.group(2).lower(), tag.group(0))
         leftover = _HTML_SECTION.sub("", between).strip()
         if leftover and rows:
-            rows[-1] = replace(rows[-1], html=rows[-1].html + leftover)
+            rows[-1] = replace(rows[-1], html=rows[-1].html + leftover, span=(rows[-1].span[0], match.start()))
         elif leftover:
             prefix += leftover
-        rows.append(_HtmlRow(section, open_tag, match.group(0)))
+        rows.append(_HtmlRow(section, open_tag, match.group(0), (match.start(), match.end())))
         pos = match.end()
     if not rows:
         return None
@@ -87,3 +89,24 @@ def _html_body(rows: Sequence[_HtmlRow]) -> str:
     if current:
         out.append(f"</{current}>")
     return "".join(out)
+
+
+def _json_row_spans(body: str) -> list[tuple[int, int]] | None:
+    """Where each element of the JSON array ``body`` lies in it, or None when it is not one."""
+    decoder = json.JSONDecoder()
+    pos = len(body) - len(body.lstrip())
+    if not body.startswith("[", pos):
+        return None
+    pos += 1
+    spans: list[tuple[int, int]] = []
+    while True:
+        while pos < len(body) and body[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(body) or body[pos] == "]":
+            return spans
+        try:
+            _, end = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError:
+            return None
+        spans.append((pos, end))
+        pos = end

@@ -14,6 +14,7 @@ from chunking.strategies.paragraph.model import (
     FIRST,
     LAST,
     MIDDLE,
+    NONE,
     Paragraph,
     Section,
     _Context,
@@ -25,6 +26,7 @@ from chunking.strategies.paragraph.table_markup import (
     _TableHeader,
     _html_body,
     _html_rows,
+    _json_row_spans,
     _table_format,
 )
 
@@ -45,9 +47,24 @@ class _RowTable:
     """
 
     def __init__(self, attrs: str, fmt: str, units: list[list[Any]], header: _TableHeader | None,
-                 prefix: str = "", suffix: str = "") -> None:
+                 prefix: str = "", suffix: str = "", unit_spans: Sequence[tuple[int, int]] = (),
+                 length: int = 0) -> None:
         self.attrs, self.fmt, self.units, self.header = attrs, fmt, units, header
         self.prefix, self.suffix = prefix, suffix
+        # Where each unit's rows lie in the table's line (provenance only), and the line's length.
+        self.unit_spans, self.length = list(unit_spans), length
+
+    def source_span(self, lo: int, hi: int, n_units: int) -> tuple[int, int] | None:
+        """The characters of the table's line that units ``lo:hi`` come from.
+
+        The first slice starts at the line's start (its tag and lead-in), the last
+        ends at its end; an injected header is a copy and adds nothing.
+        """
+        if len(self.unit_spans) != n_units:
+            return None
+        start = 0 if lo == 0 else self.unit_spans[lo][0]
+        end = self.length if hi == n_units else self.unit_spans[hi - 1][1]
+        return start, end
 
     def unit_text(self, unit: list[Any]) -> str:
         if self.fmt == "json":
@@ -79,6 +96,7 @@ def _row_table(text: str, ctx: _Context) -> _RowTable | None:
     if not match:
         return None
     attrs, body = match.group("attrs") or "", match.group("body")
+    body_at = len(text) - len(text.lstrip()) + match.start("body")
     fmt = _table_format(attrs, body)
     if fmt is None:
         return None
@@ -92,7 +110,9 @@ def _row_table(text: str, ctx: _Context) -> _RowTable | None:
             return None
         lead = len(header.rows) if header and list(rows[: len(header.rows)]) == list(header.rows) else 0
         units = [rows[: lead + 1]] + [[r] for r in rows[lead + 1 :]] if lead else [[r] for r in rows]
-        return _RowTable(attrs, fmt, units, header) if len(units) > 1 else None
+        spans = [(body_at + a, body_at + b) for a, b in (_json_row_spans(body) or ())]
+        unit_spans = _unit_spans(spans, [len(u) for u in units]) if len(spans) == len(rows) else ()
+        return _RowTable(attrs, fmt, units, header, unit_spans=unit_spans, length=len(text)) if len(units) > 1 else None
     parsed = _html_rows(body)
     if parsed is None:
         return None
@@ -101,7 +121,22 @@ def _row_table(text: str, ctx: _Context) -> _RowTable | None:
     while lead < len(rows) and rows[lead].section == "thead":
         lead += 1
     units = [rows[: lead + 1]] + [[r] for r in rows[lead + 1 :]] if lead else [[r] for r in rows]
-    return _RowTable(attrs, fmt, units, header, prefix, suffix) if len(units) > 1 else None
+    spans = [(body_at + r.span[0], body_at + r.span[1]) for r in rows]
+    unit_spans = _unit_spans(spans, [len(u) for u in units])
+    return _RowTable(attrs, fmt, units, header, prefix, suffix, unit_spans, len(text)) if len(units) > 1 else None
+
+
+def _unit_spans(row_spans: Sequence[tuple[int, int]], sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """The span of each unit (a run of ``sizes[i]`` consecutive rows), from its rows' spans.
+
+    A unit's span runs on to the next unit's start, so the separators between
+    rows (``, ``, section tags) belong to the slice before them: slices tile the table.
+    """
+    out, at = [], 0
+    for size in sizes:
+        out.append((row_spans[at][0], row_spans[at + size - 1][1]))
+        at += size
+    return [(a, nxt[0]) for (a, _), nxt in zip(out, out[1:])] + out[-1:]
 
 
 def _balanced_cuts(counts: Sequence[int], ideal: int, cap: int) -> list[tuple[int, int]]:
@@ -123,8 +158,9 @@ def _balanced_cuts(counts: Sequence[int], ideal: int, cap: int) -> list[tuple[in
     return list(zip(cuts, cuts[1:]))
 
 
-def _slice_table(table: _RowTable, ctx: _Context, limits: _TableLimits) -> list[str] | None:
-    """Row slices of ``table`` within the limits, or None when a single row cannot fit."""
+def _slice_table(table: _RowTable, ctx: _Context, limits: _TableLimits) -> list[tuple[str, int, int]] | None:
+    """Row slices of ``table`` within the limits as ``(text, first unit, end unit)``, or None
+    when a single row cannot fit."""
     n = len(table.units)
     counts = ctx.count_many([table.unit_text(u) for u in table.units])
     # Budget the <table {attrs}></table> wrapper and the header each later slice carries.
@@ -152,28 +188,42 @@ def _slice_table(table: _RowTable, ctx: _Context, limits: _TableLimits) -> list[
         tokens = ctx.count(merged)
         if tokens <= limits.slice_max:
             slices[-2:] = [(lo, n, merged, tokens)]
-    return [s[2] for s in slices]
+    return [(text, lo, hi) for lo, hi, text, _ in slices]
 
 
-def split_table(text: str, ctx: _Context, limits: _TableLimits) -> list[Paragraph]:
+def split_table(text: str, ctx: _Context, limits: _TableLimits, origin: Paragraph | None = None) -> list[Paragraph]:
     """Slices of one oversized table line, in order (their roles are set by the caller).
 
     Row slices when the table has a JSON/HTML row structure (header re-injected);
     otherwise, or when a single row cannot fit ``row_max`` with its header, an R
     split of the original tag, header and all, with a warning. Raises ValueError
     for a header whose format disagrees with the table's (HeaderRecovery).
+    ``origin`` is the table's line (``origin.text == text``): R fragments keep
+    their exact place in it, row slices (rewritten text) get the table's span.
     """
+    origin = origin if origin is not None and origin.text == text else Paragraph(text)
     table = _row_table(text, ctx)
     slices = _slice_table(table, ctx, limits) if table is not None else None
     if slices is not None:
-        return [Paragraph(s, is_table=True) for s in slices]
+        return [
+            Paragraph(s, is_table=True, region=_region(origin, table.source_span(lo, hi, len(table.units))), block=origin.block)
+            for s, lo, hi in slices
+        ]
     reason = "has no JSON/HTML row structure" if table is None else "has a row that cannot fit the cap with its header"
     log.warning(
         "paragraph_semantic: document %r: a table (%s...) %s; fallback to recursive_character for that table "
         "(table_chunk_role kept on its fragments)",
         ctx.doc_id, text[:40], reason,
     )
-    return [Paragraph(piece, table_fragment=True) for piece, _ in ctx.recursive(text, limits.slice_max, 0)]
+    return [
+        origin.cut(s.start, s.end, is_table=False, role=NONE, table_fragment=True)
+        for s in ctx.recursive(text, limits.slice_max, 0)
+    ]
+
+
+def _region(origin: Paragraph, within: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The source span of ``origin.text[within[0]:within[1]]`` (the whole line's without ``within``)."""
+    return (origin if within is None else origin.cut(*within)).source_span()
 
 
 def run(section: Section, ctx: _Context) -> list[Section]:
@@ -205,7 +255,7 @@ def run(section: Section, ctx: _Context) -> list[Section]:
         if not (para.is_table and table_counts[para.text] > lim.table_max):
             acc.append(para)
             continue
-        pieces = split_table(para.text, ctx, limits)
+        pieces = split_table(para.text, ctx, limits, para)
         if len(pieces) <= 1:
             acc.append(para)  # nothing to gain: keep the original line
             continue
