@@ -6,7 +6,13 @@ in-memory database (one table per strategy, vectors as fixed-size ``FLOAT[dim]``
 arrays) and builds the indexes there:
 
 * keyword: the ``fts`` extension's BM25 index, one per strategy table, so a
-  term's IDF comes from the chunks of that strategy alone;
+  term's IDF comes from the chunks of that strategy alone. It indexes
+  ``keyword_text(text)``, not the text: fts splits words on whitespace and, by
+  default, deletes every character outside a-z, so CJK (written without spaces),
+  Cyrillic or digits never became terms. ``keyword_text`` splits each CJK run
+  into overlapping character bigrams (Lucene's CJK analyzer does the same), the
+  index keeps every Unicode letter and digit (``FTS_IGNORE``), and the query goes
+  through the same function;
 * vector: exact cosine (``array_cosine_distance``) by default. ``vss``'s HNSW
   index (``vector_index="hnsw"``) is built only in memory: HNSW persistence in a
   file DB is experimental in vss. ``bench/bench_search.py --n 4000`` on the
@@ -29,6 +35,7 @@ Read only through ``CHUNKS_RELATION`` and the ``embeddings`` columns named in
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +54,35 @@ RRF_K = 60  # reciprocal rank fusion constant (Cormack et al. 2009)
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 VECTOR_INDEXES = ("exact", "hnsw")
+
+# What the fts tokenizer deletes (after lowercasing and stripping accents): anything but a
+# letter of any script, a combining mark or a digit. fts's default, (\.|[^a-z])+, also deletes
+# CJK, Cyrillic, Greek, ... and digits.
+FTS_IGNORE = r"(\.|[^a-z0-9\p{L}\p{M}])+"
+# Scripts written without spaces between words: Han (with extension A and compatibility
+# ideographs), Hiragana, Katakana (with the half-width forms and the prolonged sound mark)
+# and Hangul syllables, the ranges Lucene's CJKBigramFilter bigrams.
+_CJK_RUN = re.compile(
+    "[\u3041-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]+"
+)
+
+
+def keyword_text(text: str) -> str:
+    """The text BM25 indexes and queries: each CJK run replaced by its overlapping character
+    bigrams (a one-character run by itself), space separated; other text unchanged.
+
+    ``"用同一把密钥"`` -> ``" 用同 同一 一把 把密 密钥 "``. A query and a chunk then share a term
+    for every two adjacent CJK characters they share, which is what a space-delimited
+    tokenizer needs: CJK has no spaces, and a whole run would only match itself.
+    """
+
+    def bigrams(match: re.Match) -> str:
+        run = match.group(0)
+        if len(run) == 1:
+            return f" {run} "
+        return " " + " ".join(run[i:i + 2] for i in range(len(run) - 1)) + " "
+
+    return _CJK_RUN.sub(bigrams, text)
 
 
 class SearchError(RuntimeError):
@@ -134,6 +170,7 @@ class SearchIndex:
         self.builds = 0  # how many times the copy was (re)built: tests and metadata read it
         self._con = duckdb.connect(":memory:")
         load_extensions(self._con)
+        self._con.create_function("keyword_text", keyword_text, ["VARCHAR"], "VARCHAR", side_effects=False)
         self._built: _Built | None = None
 
     def close(self) -> None:
@@ -208,7 +245,8 @@ class SearchIndex:
                 CREATE TABLE {table} AS
                 SELECT row_number() OVER (ORDER BY c.doc_id, c.chunk_index)::INTEGER AS row_id,
                        c.doc_id, c.chunk_index, c.text, c.token_count, c.char_start, c.char_end, c.page_start,
-                       c.page_end, c.heading_path, e.embedding::FLOAT[{dim}] AS vec
+                       c.page_end, c.heading_path, keyword_text(c.text) AS keyword_text,
+                       e.embedding::FLOAT[{dim}] AS vec
                 FROM store.{CHUNKS_RELATION} c
                 JOIN (SELECT {EMBEDDING_COLUMNS} FROM store.embeddings) e USING (doc_id, strategy, chunk_index)
                 WHERE c.strategy = ? AND e.model_id = ?
@@ -216,8 +254,8 @@ class SearchIndex:
                 [strategy, self.model_id],
             )
             con.execute(
-                f"PRAGMA create_fts_index('{table}', 'row_id', 'text', stemmer = 'porter', "
-                "stopwords = 'english', strip_accents = 1, lower = 1, overwrite = 1)"
+                f"PRAGMA create_fts_index('{table}', 'row_id', 'keyword_text', stemmer = 'porter', "
+                f"stopwords = 'english', ignore = '{FTS_IGNORE}', strip_accents = 1, lower = 1, overwrite = 1)"
             )
             if built.hnsw:
                 con.execute(f"CREATE INDEX {table}_hnsw ON {table} USING HNSW (vec) WITH (metric = 'cosine')")
@@ -354,7 +392,7 @@ class SearchIndex:
             f"""SELECT row_id, score FROM (
                     SELECT row_id, doc_id, fts_main_{table}.match_bm25(row_id, ?) AS score FROM {table})
                 WHERE score IS NOT NULL AND {where} ORDER BY score DESC, row_id LIMIT {int(k)}""",
-            [query, *params],
+            [keyword_text(query), *params],
         ).fetchall()
 
     def _hits(self, strategy: str, table: str, ranked: list[tuple[int, float]]) -> list[Hit]:

@@ -8,6 +8,7 @@ from search.engine import (
     extension_path,
     ground,
     grounding_verdict,
+    keyword_text,
     reciprocal_rank_fusion,
 )
 from fixture_store import DOCS, MODEL_ID, bag_of_words, put_document
@@ -47,6 +48,45 @@ def test_keyword_search_is_bm25_with_stemming(index):
     # Porter stemming: "baking" matches "Bake".
     assert index.search("baking", mode="keyword", k=3, strategy="sent")[0].text.startswith("Bake the loaf")
     assert index.search("zeppelin", mode="keyword", k=3) == []
+
+
+def test_keyword_text_splits_cjk_runs_into_bigrams():
+    assert keyword_text("用同一把密钥") == " 用同 同一 一把 把密 密钥 "
+    assert keyword_text("RSA 密钥签名, 3 keys") == "RSA  密钥 钥签 签名 , 3 keys"
+    assert keyword_text("a 字 b") == "a  字  b"  # a one-character run stays a term
+    assert keyword_text("ファイルを保存") == " ファ ァイ イル ルを を保 保存 "  # kana and kanji alike
+    assert keyword_text("Größe, no CJK here.") == "Größe, no CJK here."
+
+
+MULTILINGUAL = (
+    "通常来说用同一把密钥签名及加密并不是个好主意。这个算法只在特定的情况下使用。\n\n"
+    "这是一份将密钥与用户标识相联系的签名。通常不应删除这样的签名。\n\n"
+    "ファイルを保存して終了するには :wq とタイプします。\n\n"
+    "Размер фрагмента текста зависит от модели.\n\n"
+    "DuckDB 1.5.5 ships the fts extension."
+)
+
+
+def test_keyword_search_finds_cjk_cyrillic_and_digits(store):
+    # fts's default tokenizer deleted every non a-z character: none of these queries matched anything.
+    put_document(store, "multi.txt", MULTILINGUAL)
+    idx = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    try:
+        def top(query):
+            hits = idx.search(query, mode="keyword", k=3, strategy="para")
+            return hits[0].text if hits else None
+
+        paragraphs = MULTILINGUAL.split("\n\n")
+        assert top("为什么不建议用同一把密钥既签名又加密") == paragraphs[0]  # no spaces in the query either
+        assert top("能不能删除自身签名") == paragraphs[1]
+        assert top("保存して終了するコマンド") == paragraphs[2]
+        assert top("фрагмента") == paragraphs[3]
+        assert top("1.5.5") == paragraphs[4]
+        # Latin search is as before: stemming, and a word absent from every chunk finds nothing.
+        assert idx.search("baking", mode="keyword", k=1, strategy="sent")[0].text.startswith("Bake the loaf")
+        assert idx.search("zeppelin", mode="keyword", k=3) == []
+    finally:
+        idx.close()
 
 
 def test_hybrid_fuses_both_rankings(index):

@@ -1,0 +1,248 @@
+"""Retrieval experiments: chunk an ingested store's documents per configuration, embed, evaluate.
+
+    .venv/bin/python bench/bench_retrieval.py --db path/to/ingested.duckdb \\
+        [--eval-set eval/corpus.jsonl] [--work /tmp/bench_retrieval.duckdb] \\
+        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--k 5]
+
+``--db`` is a store that ``chunkyard run`` filled with the eval set's documents
+(read only: it is copied to ``--work`` first, so its embedding cache makes repeated
+configurations cheap; ``--keep-work`` reuses an existing work copy and its cache).
+Each configuration is a registered strategy with a config (the shipped
+``chunkyard.toml`` one, with overrides) and optionally context embedding
+(search/context.py). Its chunks are stored in the work copy under the
+configuration's name as the strategy, embedded through the (model, text sha256)
+cache (``--stored-chunks semantic`` takes the shipped semantic chunks from
+``--db`` instead of embedding every sentence again), and every configuration is scored by search.evaluation.evaluate in one
+pass per mode, so the rows of one run are comparable. The table prints recall,
+precision, IoU and MRR at k, chunks, tokens, the texts embedded in this run
+and the seconds that took (0 when the cache held them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import hashlib
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from chunking.model import Chunk  # noqa: E402
+from chunking.strategies import config_hash, get_strategy, strategy_names  # noqa: E402
+from orchestration.settings import load_settings  # noqa: E402
+from resources.embedding import EmbeddingModelResource  # noqa: E402
+from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E402
+from resources.tokenizer import TokenizerResource  # noqa: E402
+from search.context import with_context  # noqa: E402
+from search.engine import SearchIndex  # noqa: E402
+from search.evaluation import evaluate, load_eval_set  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with context."""
+
+    name: str
+    strategy: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    context: bool = False
+
+
+def shipped_configurations() -> list[Configuration]:
+    """Every registered strategy as shipped, with and without context embedding."""
+    out = []
+    for name in strategy_names():
+        out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
+    return out
+
+
+# Candidates for "best on recall@5 and IoU@5 at once", sized for all-MiniLM-L6-v2.
+EXPERIMENTS: list[Configuration] = [
+    Configuration("sw100/50+ctx", "sentence_window", {"chunk_size": 100, "overlap": 50, "min_size": 20}, True),
+    Configuration("sw64/48+ctx", "sentence_window", {"chunk_size": 64, "overlap": 48, "min_size": 16}, True),
+    Configuration("sw100/50", "sentence_window", {"chunk_size": 100, "overlap": 50, "min_size": 20}),
+    Configuration("p100+ctx", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True),
+    Configuration("p120+ctx", "paragraph", {"chunk_token_size": 120, "chunk_overlap_token_size": 20}, True),
+    Configuration("p80+ctx", "paragraph", {"chunk_token_size": 80, "chunk_overlap_token_size": 10}, True),
+    Configuration("r100/50+ctx", "recursive", {"chunk_token_size": 100, "chunk_overlap_token_size": 50}, True),
+    Configuration("sent100+ctx", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True),
+]
+
+
+def all_configurations() -> dict[str, Configuration]:
+    return {c.name: c for c in shipped_configurations() + EXPERIMENTS}
+
+
+class StoreCachedEmbedder:
+    """The embedder with the work copy's vector cache in front, for strategies that embed while
+    chunking (semantic's sentences): a rerun of the bench chunks them without the model."""
+
+    def __init__(self, embedder, store: ChunkStore, model_id: str) -> None:
+        self._embedder, self._store, self._model_id = embedder, store, model_id
+
+    def __getattr__(self, name: str):
+        return getattr(self._embedder, name)
+
+    def embed(self, texts):
+        hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+        cached = self._store.cached_embeddings(self._model_id, hashes)
+        missing = {h: t for h, t in zip(hashes, texts) if h not in cached}
+        if missing:
+            fresh = dict(zip(missing, self._embedder.embed(list(missing.values()))))
+            with self._store.transaction() as con:
+                insert_rows(con, "embedding_vectors", VECTOR_COLUMNS, [
+                    (self._model_id, h, len(v), np.asarray(v, dtype=np.float32).tolist()) for h, v in fresh.items()
+                ])
+            cached.update(fresh)
+        return np.stack([cached[h] for h in hashes]) if hashes else np.zeros((0, self._embedder.dimension))
+
+
+_CHUNKS_MEMO: dict[tuple[str, str, str], list] = {}  # (strategy, config hash, doc) -> chunks, within one run
+
+
+def stored_chunks(db: str, strategy: str, config) -> dict[str, list[Chunk]]:
+    """doc_id -> the chunks ``db`` holds for ``strategy``, when they were made with ``config``.
+
+    For strategies whose chunking is the slow part (semantic embeds every sentence):
+    the chunks ``chunkyard run`` stored are the strategy's output for the same config
+    hash, so the bench need not make them again.
+    """
+    con = duckdb.connect(db, read_only=True)
+    try:
+        rows = con.execute(
+            """SELECT doc_id, text, char_start, char_end, token_count, page_start, page_end, heading_path, block_ids,
+                      verbatim, metadata, config_hash FROM current_chunks WHERE strategy = ? ORDER BY doc_id, chunk_index""",
+            [strategy],
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[Chunk]] = {}
+    for doc_id, text, start, end, tokens, p0, p1, heading, blocks, verbatim, metadata, cfg in rows:
+        if cfg != config_hash(config):
+            sys.exit(f"{db} holds {strategy} chunks of config {cfg}, not {config_hash(config)}: chunk them instead")
+        out.setdefault(doc_id, []).append(Chunk(
+            text=text, char_start=start, char_end=end, token_count=tokens, page_start=p0, page_end=p1,
+            heading_path=list(heading), block_ids=list(blocks), verbatim=verbatim, metadata=json.loads(metadata or "{}"),
+        ))
+    return out
+
+
+def chunk_and_embed(
+    store: ChunkStore, cfg: Configuration, shipped: dict, tokenizer, embedding, reuse: dict[str, str]
+) -> dict:
+    """Store ``cfg``'s chunks and vectors for every parsed document; returns cost figures."""
+    spec = get_strategy(cfg.strategy)
+    config = spec.parse_config({**shipped.get(cfg.strategy, {}), **cfg.overrides})
+    embedder = embedding.get_embedder()
+    chunk_embedder = StoreCachedEmbedder(embedder, store, embedding.model_id) if spec.needs_embedder else None
+    with store.connect(read_only=True) as con:
+        doc_ids = [d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status = 'parsed' ORDER BY 1").fetchall()]
+    chunk_s = embed_s = 0.0
+    embedded = 0
+    if cfg.strategy in reuse and not cfg.overrides:
+        for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, config).items():
+            _CHUNKS_MEMO[(cfg.strategy, config_hash(config), doc_id)] = chunks
+    for doc_id in doc_ids:
+        doc = store.load_parsed(doc_id)
+        memo_key = (cfg.strategy, config_hash(config), doc_id)
+        if memo_key not in _CHUNKS_MEMO:  # "x" and "x+ctx" chunk once
+            start = time.perf_counter()
+            _CHUNKS_MEMO[memo_key] = spec.chunk(doc, config, tokenizer, chunk_embedder)
+            chunk_s += time.perf_counter() - start
+        chunks = _CHUNKS_MEMO[memo_key]
+        store.replace_chunks(doc_id, cfg.name, chunks, config_hash=config_hash(config), doc_sha256=doc.sha256)
+        rows = store.load_chunks(doc_id, cfg.name)
+        if cfg.context:
+            rows = with_context(store, doc_id, cfg.name, rows)
+        cached = store.cached_embeddings(embedding.model_id, [r.text_sha256 for r in rows])
+        missing = {r.text_sha256: r.text for r in rows if r.text_sha256 not in cached}
+        fresh = {}
+        if missing:
+            start = time.perf_counter()
+            fresh = dict(zip(missing, embedder.embed(list(missing.values()))))
+            embed_s += time.perf_counter() - start
+            embedded += len(missing)
+        vectors = {**cached, **fresh}
+        store.replace_embeddings(
+            doc_id, cfg.name, embedding.model_id, [(r.chunk_index, r.text_sha256, vectors[r.text_sha256]) for r in rows],
+            fresh,
+        )
+    return {"embedded": embedded, "embed_s": embed_s, "chunk_s": chunk_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", required=True, help="a store ingested with the eval set's documents (read only)")
+    parser.add_argument("--eval-set", default="eval/corpus.jsonl")
+    parser.add_argument("--work", default="/tmp/bench_retrieval.duckdb", help="the scratch copy written to")
+    parser.add_argument("--keep-work", action="store_true", help="reuse an existing --work copy (and its cache)")
+    parser.add_argument("--configs", default="shipped", help="comma list of names; 'shipped', 'experiments', 'all'")
+    parser.add_argument("--modes", default="vector")
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
+    parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
+                        "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
+    args = parser.parse_args()
+    reuse = {name: args.db for name in args.stored_chunks.split(",") if name}
+
+    known = all_configurations()
+    groups = {"shipped": [c.name for c in shipped_configurations()], "experiments": [c.name for c in EXPERIMENTS],
+              "all": list(known)}
+    names: list[str] = []
+    for item in args.configs.split(","):
+        for name in groups.get(item, [item]):
+            if name not in known:
+                sys.exit(f"unknown configuration {name!r}; known: {', '.join(known)}")
+            if name not in names:
+                names.append(name)
+
+    work = Path(args.work)
+    if not (args.keep_work and work.is_file()):
+        shutil.copyfile(args.db, work)
+    settings = load_settings(args.config_file)
+    store = ChunkStore(work)
+    tokenizer = TokenizerResource(encoding=settings.tokenizer_encoding).get_tokenizer()
+    embedding = EmbeddingModelResource(model=settings.embedding_model, batch_size=settings.embedding_batch_size,
+                                       batch_tokens=settings.embedding_batch_tokens)
+    with store.transaction() as con:  # configurations not asked for stay out of this run's scores
+        con.execute("DELETE FROM chunk_embeddings WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
+        con.execute("DELETE FROM chunks WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
+    costs = {}
+    for name in names:
+        costs[name] = chunk_and_embed(store, known[name], settings.strategies, tokenizer, embedding, reuse)
+        print(f"  {name}: {costs[name]['embedded']} texts embedded in {costs[name]['embed_s']:.0f} s", flush=True)
+
+    questions = load_eval_set(args.eval_set)
+    index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))
+    try:
+        for mode in args.modes.split(","):
+            report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names)
+            rows = report.at(args.k)
+            print(f"\nmode {mode}, k={args.k}, {next(iter(rows.values())).questions} questions "
+                  f"({len(report.skipped)} skipped), eval set {args.eval_set} "
+                  f"sha256 {hashlib.sha256(Path(args.eval_set).read_bytes()).hexdigest()[:12]}")
+            print(f"| configuration | recall@{args.k} | precision@{args.k} | IoU@{args.k} | MRR@{args.k} | chunks | "
+                  "tokens | embedded | embed s |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for name in names:
+                r, c = rows[name], costs[name]
+                print(f"| {name} | {r.recall:.3f} | {r.precision:.3f} | {r.iou:.3f} | {r.mrr:.3f} | {r.chunks:,} | "
+                      f"{r.tokens:,} | {c['embedded']:,} | {c['embed_s']:.0f} |")
+    finally:
+        index.close()
+
+
+if __name__ == "__main__":
+    main()
