@@ -222,6 +222,30 @@ def test_two_writers_and_a_killed_one_leave_every_document_whole_and_a_rerun_con
     assert summary["embeddings"] == {"recursive": 30}
 
 
+def test_processes_opening_a_new_lake_at_once_all_get_it(lake):
+    code = textwrap.dedent(f"""
+        import sys
+        from resources.store import ChunkStore, LakeConfig
+        store = ChunkStore("unused.duckdb", lake=LakeConfig({lake.catalog!r}, {lake.data_path!r}))
+        print("ready", flush=True)
+        sys.stdin.readline()
+        store.record_read(sys.argv[1], {ROOT!r}, sys.argv[1], "sha", 1)  # creates catalog, tables, a row
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"{n}.txt"], cwd=REPO_ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(3)]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    store = ChunkStore("unused.duckdb", lake=lake)
+    assert sorted(store.document_hashes(ROOT)) == ["0.txt", "1.txt", "2.txt"]
+    assert assert_whole_documents(store)
+
+
 def test_a_write_that_keeps_losing_its_commit_stops_with_nothing_stored(lake, monkeypatch):
     import resources.store as store_module
 
