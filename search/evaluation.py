@@ -228,8 +228,9 @@ def previous_recall(store, *, eval_set: str, mode: str, model_id: str, k: int = 
 def record_report(
     store, report: EvalReport, *, run_id: str, eval_set: str, eval_set_sha256: str, model_id: str, evaluated_at
 ) -> None:
-    """Append one evaluation's rows to the history, in one transaction."""
-    with store.transaction() as con:
+    """Append one evaluation's rows to the history, in one transaction (re-run whole if a
+    concurrent lake writer wins the commit: ``ChunkStore.write_transaction``)."""
+    def write(con) -> None:
         con.execute(f"DELETE FROM {HISTORY_TABLE} WHERE run_id = ?", [run_id])
         placeholders = ", ".join("?" for _ in HISTORY_COLUMNS)
         for r in report.rows:
@@ -238,3 +239,5 @@ def record_report(
                 [run_id, evaluated_at, eval_set, eval_set_sha256, report.mode, model_id, r.strategy, r.k,
                  r.questions, r.recall, r.precision, r.iou, r.mrr, r.ndcg, r.chunks, r.tokens],
             )
+
+    store.write_transaction(write)
