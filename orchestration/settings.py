@@ -12,7 +12,7 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     [limits]                 # the per-document budget (chunking.limits.DocumentLimits)
     max_chars = 5000000
 
-Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB.
+Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class Settings(BaseModel):
     grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
     # Strategies whose chunks are embedded with the document title and heading path prepended.
     embed_with_context: list[str] = Field(default_factory=list)
+    # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
+    # the default), "multiprocess" (a subprocess per step on this machine), or "celery"
+    # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
+    executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
@@ -64,4 +68,6 @@ def load_settings(path: str | Path | None = None) -> Settings:
         values["docs_root"] = os.environ["CHUNKYARD_DOCS"]
     if os.environ.get("CHUNKYARD_DB"):
         values["db_path"] = os.environ["CHUNKYARD_DB"]
+    if os.environ.get("CHUNKYARD_EXECUTOR"):
+        values["executor"] = os.environ["CHUNKYARD_EXECUTOR"]
     return Settings.model_validate(values)
