@@ -39,8 +39,8 @@ class LocalCluster:
     """PostgreSQL and ``workers`` celery worker processes under ``root`` (a fresh folder)."""
 
     def __init__(self, root: Path, *, workers: int = 2, max_concurrent_runs: int = 2, extra_env: dict[str, str] | None = None):
-        if workers < 1:
-            raise ValueError("a cluster needs at least one worker")
+        if workers < 0:
+            raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
         self.root = Path(root).resolve()
         self.workers = workers
         self.max_concurrent_runs = max_concurrent_runs
@@ -61,6 +61,10 @@ class LocalCluster:
             exists = self.server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
             if "(1 row)" not in exists:
                 self.server.psql(f"CREATE DATABASE {database};")
+
+    def create_database(self, database: str) -> None:
+        """A new, empty database on this cluster's PostgreSQL (e.g. one Dagster instance per bench case)."""
+        self.server.psql(f"CREATE DATABASE {database};")
 
     def postgres_url(self, database: str, driver: str = "postgresql") -> str:
         """A URL for ``database`` on this cluster's PostgreSQL (unix socket, no password)."""
