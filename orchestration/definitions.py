@@ -123,7 +123,8 @@ def build_project(settings: Settings) -> Project:
         schedules=[build_nightly_schedule(graph_order, config_hashes)],
         resources={
             "documents": DocumentsFolder(root=settings.docs_root, limits=settings.limits.as_config()),
-            "store": StoreResource(path=settings.db_path, sidecar_dir=settings.sidecar_dir),
+            "store": StoreResource(path=settings.db_path, sidecar_dir=settings.sidecar_dir,
+                                   **settings.store.model_dump()),
             "tokenizer": TokenizerResource(encoding=settings.tokenizer_encoding),
             "embedding": embedding,
         },

@@ -12,7 +12,13 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     [limits]                 # the per-document budget (chunking.limits.DocumentLimits)
     max_chars = 5000000
 
-Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR.
+    [store]                  # where the tables live (resources/store.py); default: the DuckDB file
+    mode = "ducklake"
+    catalog = "postgres:dbname=chunkyard host=/run/postgresql user=chunkyard"
+    data_path = "data/lake"
+
+Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR, and for the
+store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH.
 """
 
 from __future__ import annotations
@@ -20,12 +26,45 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
+from resources.store import LakeConfig, lake_config
+
+STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
+             "data_path": "CHUNKYARD_STORE_DATA_PATH"}
+
+
+class StoreSettings(BaseModel):
+    """``[store]``: ``duckdb`` (the embedded file at ``db_path``, the default) or ``ducklake``.
+
+    In lake mode ``catalog`` is ``postgres:<libpq string>`` (many machines),
+    ``sqlite:<file>`` (many processes, one machine) or ``duckdb:<file>`` (one process);
+    ``data_path`` is a folder (relative paths are taken from the working directory and
+    stored absolute) or an object-storage URL read and written through httpfs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["duckdb", "ducklake"] = "duckdb"
+    catalog: str | None = None
+    data_path: str | None = None
+
+    @model_validator(mode="after")
+    def _lake_is_complete(self) -> "StoreSettings":
+        if self.mode == "ducklake" and self.data_path and "://" not in self.data_path:
+            self.data_path = str(Path(self.data_path).resolve())
+        for kind in ("sqlite:", "duckdb:"):
+            if self.mode == "ducklake" and self.catalog and self.catalog.startswith(kind):
+                self.catalog = kind + str(Path(self.catalog.removeprefix(kind)).resolve())
+        self.lake()  # raises a ValueError naming what is missing
+        return self
+
+    def lake(self) -> LakeConfig | None:
+        return lake_config(self.mode, self.catalog, self.data_path)
 
 
 class Settings(BaseModel):
@@ -56,6 +95,7 @@ class Settings(BaseModel):
     # the default), "multiprocess" (a subprocess per step on this machine), or "celery"
     # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
     executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
+    store: StoreSettings = Field(default_factory=StoreSettings)
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
@@ -70,4 +110,7 @@ def load_settings(path: str | Path | None = None) -> Settings:
         values["db_path"] = os.environ["CHUNKYARD_DB"]
     if os.environ.get("CHUNKYARD_EXECUTOR"):
         values["executor"] = os.environ["CHUNKYARD_EXECUTOR"]
+    for key, variable in STORE_ENV.items():
+        if os.environ.get(variable):
+            values["store"] = {**values.get("store", {}), key: os.environ[variable]}
     return Settings.model_validate(values)

@@ -26,9 +26,26 @@ folder whose documents this database holds (doc ids are paths inside it).
 
 An older file is migrated when it is first opened for writing: the steps in
 ``MIGRATIONS`` from its version up run in one transaction with the version bump.
+
+Store modes (``[store] mode`` in chunkyard.toml). The statements here are written
+once, for the embedded DuckDB file, and :func:`render` turns each into the form of
+the store's mode: ``"duckdb"`` uses them as written; ``"ducklake"`` (DuckLake has
+no PRIMARY KEY, UNIQUE or indexes) drops the key constraints. The keys stay the
+tables' logical keys (:func:`primary_keys` reads them from here): every writer
+keeps them by deleting a document's rows and inserting the new ones in one
+transaction, and upserts are ``MERGE INTO`` (which needs no constraint) in both
+modes. Two DuckLake writers never commit over each other: DuckLake checks
+conflicts per table, and every write transaction increments the one row of
+``write_serial``, so of two concurrent writes one fails at commit and is retried
+whole (resources/store.py). ``embedding_vectors`` is therefore never written twice
+for one key either.
 """
 
+import re
+
 SCHEMA_VERSION = 2
+
+STORE_MODES = ("duckdb", "ducklake")
 
 EMBEDDING_VECTORS_DDL = """
     CREATE TABLE IF NOT EXISTS embedding_vectors (
@@ -58,8 +75,17 @@ SCHEMA_INFO_DDL = """
     )
 """
 
+# One row: every write transaction increments it (see the module docstring: in lake
+# mode this makes two concurrent writes conflict, so commits are serial and whole).
+WRITE_SERIAL_DDL = """
+    CREATE TABLE IF NOT EXISTS write_serial (
+        writes BIGINT NOT NULL              -- write transactions committed so far
+    )
+"""
+
 DDL: tuple[str, ...] = (
     SCHEMA_INFO_DDL,
+    WRITE_SERIAL_DDL,
     """
     CREATE TABLE IF NOT EXISTS documents (
         doc_id       VARCHAR PRIMARY KEY,   -- the partition key: cleaned relative path
@@ -227,3 +253,44 @@ V1_EMBEDDING_TABLES_DDL: tuple[str, ...] = (
     )
     """,
 )
+
+
+# A table-level key, possibly after a comment on the previous column's line.
+_TABLE_KEY = re.compile(r",(?P<comment>[ \t]*--[^\n]*)?\s*PRIMARY KEY\s*\((?P<columns>[^)]*)\)")
+_COLUMN_KEY = re.compile(r"[ \t]+PRIMARY KEY\b")
+_CREATE_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)")
+_KEY_COLUMN = re.compile(r"^\s*(\w+)\s+\w+[^,\n]*PRIMARY KEY", re.MULTILINE)
+
+
+def render(statement: str, mode: str) -> str:
+    """``statement`` as the store of ``mode`` runs it.
+
+    Invariant: for ``"duckdb"`` the statement is unchanged; for ``"ducklake"`` only
+    the PRIMARY KEY constraints are gone (columns, types, NOT NULL, views unchanged).
+    """
+    if mode not in STORE_MODES:
+        raise ValueError(f"unknown store mode {mode!r}; one of {STORE_MODES}")
+    if mode == "duckdb":
+        return statement
+    without_table_keys = _TABLE_KEY.sub(lambda m: m.group("comment") or "", statement)
+    return _COLUMN_KEY.sub("", without_table_keys)
+
+
+def rendered_ddl(mode: str) -> tuple[str, ...]:
+    return tuple(render(statement, mode) for statement in DDL)
+
+
+def primary_keys() -> dict[str, tuple[str, ...]]:
+    """Table -> its key columns, as declared in ``DDL`` (lake mode keeps them without constraints)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for statement in DDL:
+        table = _CREATE_TABLE.search(statement)
+        if table is None:
+            continue
+        table_key = _TABLE_KEY.search(statement)
+        column_key = _KEY_COLUMN.search(statement)
+        if table_key:
+            keys[table.group(1)] = tuple(c.strip() for c in table_key.group("columns").split(","))
+        elif column_key:
+            keys[table.group(1)] = (column_key.group(1),)
+    return keys

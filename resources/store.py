@@ -14,13 +14,26 @@ the copy) and may keep that open as long as it likes.
 A database holds the documents of one folder (doc ids are paths inside it): the
 first write claims the folder, a write from another folder is refused with
 :class:`SourceRootConflict`, so one folder can never overwrite another's rows.
+
+Two store modes, one code path (``[store]`` in chunkyard.toml): ``duckdb``, the
+embedded file above, and ``ducklake`` (:class:`LakeConfig`: a DuckLake catalog in
+PostgreSQL, SQLite or a DuckDB file, data files under ``data_path``), which many
+processes on many machines write at once. The mode only decides how a connection
+is opened (an in-memory DuckDB with the lake attached as the default catalog) and
+how the DDL is rendered (``resources.schema.render``); every query is the same.
+Each write is one transaction run by :meth:`ChunkStore.write_transaction`: when it
+loses a commit conflict to another writer it is re-run whole, a bounded number of
+times (``WRITE_ATTEMPTS``), so it lands entirely or not at all.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 import tempfile
+import threading
 import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -35,7 +48,8 @@ from pydantic import Field
 
 from chunking.model import Block, Chunk, Page, ParsedDocument
 from chunking.sidecar import sidecar_paths
-from resources.schema import DDL, MIGRATIONS, SCHEMA_INFO_DDL, SCHEMA_VERSION
+from resources.schema import MIGRATIONS, SCHEMA_INFO_DDL, SCHEMA_VERSION, render, rendered_ddl
+from search.engine import extension_path
 
 DEFAULT_DB_PATH = "data/chunkyard.duckdb"
 T = TypeVar("T")
@@ -63,6 +77,12 @@ CHUNK_EMBEDDING_COLUMNS = (
 )
 VECTOR_COLUMNS = (("model_id", "VARCHAR"), ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"))
 
+# A write transaction that loses a commit conflict is re-run whole, this many times at
+# most, after a jittered pause growing from WRITE_RETRY_DELAY_S to WRITE_RETRY_MAX_DELAY_S.
+WRITE_ATTEMPTS = 30
+WRITE_RETRY_DELAY_S = 0.05
+WRITE_RETRY_MAX_DELAY_S = 2.0
+
 # DuckDB names the process holding a file lock: '... Conflicting lock is held in /usr/bin/python3 (PID 1234) ...'
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
@@ -73,6 +93,119 @@ class StoreLockedError(RuntimeError):
 
 class SourceRootConflict(RuntimeError):
     """The database holds another folder's documents; writing this folder's would mix or overwrite them."""
+
+
+class WriteConflictError(RuntimeError):
+    """A write transaction lost its commit conflict ``WRITE_ATTEMPTS`` times in a row; nothing of it landed."""
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """True for a transaction another writer made fail at commit (re-running it can succeed).
+
+    DuckLake: 'Transaction conflict - attempting to ... but another transaction has ...'
+    (its catalog retries the rest itself); DuckDB within one process: 'Conflict on ...'.
+    """
+    message = str(exc).lower()
+    return isinstance(exc, duckdb.Error) and ("conflict" in message) and not isinstance(exc, duckdb.ConstraintException)
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    """Where a DuckLake store lives: its catalog database and its data files.
+
+    ``catalog``: ``postgres:<libpq string>`` (or a bare libpq string such as
+    ``dbname=chunkyard host=db.example user=chunkyard``), ``sqlite:<file>`` or
+    ``duckdb:<file>`` (one process at a time: the DuckDB file lock). ``data_path``:
+    a local folder, or object storage (``s3://...``, through the httpfs extension and
+    a DuckDB secret).
+    """
+
+    catalog: str
+    data_path: str
+
+    def catalog_kind(self) -> str:
+        for kind in ("postgres", "sqlite", "duckdb"):
+            if self.catalog.startswith(f"{kind}:"):
+                return kind
+        if "=" in self.catalog:
+            return "postgres"
+        raise ValueError(f"store catalog {self.catalog!r}: expected postgres:<libpq string>, sqlite:<file> "
+                         f"or duckdb:<file>")
+
+    def attach_target(self) -> str:
+        """The ``ATTACH`` string: ``ducklake:postgres:...``, ``ducklake:sqlite:...``, ``ducklake:<file>``."""
+        kind = self.catalog_kind()
+        if kind == "postgres":
+            libpq = self.catalog.removeprefix("postgres:")
+            return f"ducklake:postgres:{libpq}"
+        if kind == "sqlite":
+            return f"ducklake:{self.catalog}"
+        return f"ducklake:{self.catalog.removeprefix('duckdb:')}"
+
+    def extensions(self) -> tuple[str, ...]:
+        """The DuckDB extensions to load (offline, from their packages) before attaching."""
+        by_kind = {"postgres": ("postgres_scanner",), "sqlite": ("sqlite_scanner",), "duckdb": ()}
+        remote = ("httpfs",) if "://" in self.data_path else ()
+        return ("ducklake", *by_kind[self.catalog_kind()], *remote)
+
+    def describe(self) -> str:
+        """For messages and the CLI: which lake, without any password in the libpq string."""
+        return "ducklake " + re.sub(r"password=\S+", "password=***", self.catalog) + f" (data {self.data_path})"
+
+
+def lake_config(mode: str, catalog: str | None, data_path: str | None) -> LakeConfig | None:
+    """The lake of ``[store]`` settings: None in ``duckdb`` mode; both locations required in ``ducklake``."""
+    if mode == "duckdb":
+        return None
+    if mode != "ducklake":
+        raise ValueError(f"[store] mode = {mode!r}: expected 'duckdb' or 'ducklake'")
+    if not catalog or not data_path:
+        raise ValueError("[store] mode = 'ducklake' needs catalog (postgres:<libpq string>, sqlite:<file> or "
+                         "duckdb:<file>) and data_path (a folder, or s3://... with httpfs)")
+    config = LakeConfig(catalog=catalog, data_path=data_path)
+    config.catalog_kind()  # an unknown catalog fails here, not at the first write
+    return config
+
+
+class _LakeInstance:
+    """One in-memory DuckDB per process and lake, with the lake attached; connections are its cursors.
+
+    Attaching costs a catalog round trip and loading extensions: done once, not per query.
+    """
+
+    _instances: dict[tuple[int, LakeConfig], "_LakeInstance"] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, lake: LakeConfig) -> None:
+        con = duckdb.connect()
+        for name in lake.extensions():
+            con.execute(f"LOAD '{extension_path(name)}'")
+        if "://" not in lake.data_path:
+            Path(lake.data_path).mkdir(parents=True, exist_ok=True)
+        con.execute(f"ATTACH '{_sql_text(lake.attach_target())}' AS lake "
+                    f"(DATA_PATH '{_sql_text(lake.data_path)}')")
+        self.con = con
+        self.schema_ready = False
+
+    @classmethod
+    def of(cls, lake: LakeConfig) -> "_LakeInstance":
+        key = (os.getpid(), lake)  # a forked child opens its own
+        with cls._guard:
+            if key not in cls._instances:
+                cls._instances[key] = cls(lake)
+            return cls._instances[key]
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Detach every lake this process opened (tests stop their catalog server after this)."""
+        with cls._guard:
+            for instance in cls._instances.values():
+                instance.con.close()
+            cls._instances.clear()
+
+
+def close_lakes() -> None:
+    _LakeInstance.close_all()
 
 
 def lock_holder_pid(message: str) -> int | None:
@@ -103,17 +236,40 @@ class ChunkStore:
     """All reads and writes of the chunkyard database."""
 
     def __init__(
-        self, path: str | Path, *, lock_timeout_s: float = 60.0, sidecar_dir: str | Path | None = None
+        self,
+        path: str | Path,
+        *,
+        lock_timeout_s: float = 60.0,
+        sidecar_dir: str | Path | None = None,
+        lake: LakeConfig | None = None,
     ) -> None:
+        # The DuckDB file; in lake mode only the anchor of local outputs (viewer, stats, sidecars).
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         # Where parsed sidecars are exported; deleting a document deletes its sidecars there.
         self.sidecar_dir = Path(sidecar_dir) if sidecar_dir is not None else None
+        self.lake = lake
+
+    @property
+    def mode(self) -> str:
+        return "duckdb" if self.lake is None else "ducklake"
+
+    def describe(self) -> str:
+        """Where the data lives, for messages: the file, or the lake's catalog and data path."""
+        return str(self.path) if self.lake is None else self.lake.describe()
+
+    def exists(self) -> bool:
+        """Whether there is a store to read (a lake is created on first connection)."""
+        return self.lake is not None or self.path.is_file()
 
     # -- connections ----------------------------------------------------------------
 
     @contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self.lake is not None:
+            with self._connect_lake() as con:
+                yield con
+            return
         if read_only and not self.path.exists():
             # A read-only open of a missing file fails; an empty schema answers the same.
             read_only = False
@@ -121,10 +277,34 @@ class ChunkStore:
         con = self._connect_with_retry(read_only)
         try:
             if not read_only:
-                self._ensure_schema(con)
+                self._ensure_schema(con, self.mode)
             yield con
         finally:
             con.close()
+
+    @contextmanager
+    def _connect_lake(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of this process's connection to the lake, its default catalog the lake.
+
+        A DuckLake reader never blocks a writer (each transaction reads one snapshot),
+        so read-only and read-write connections are the same here.
+        """
+        instance = _LakeInstance.of(self.lake)
+        if not instance.schema_ready:
+            # Concurrent first connections race to create the tables: a lost race is re-run.
+            self._retry_conflicts(lambda: self._open_cursor_and_ensure_schema(instance))
+            instance.schema_ready = True
+        con = instance.con.cursor()
+        try:
+            con.execute("USE lake")
+            yield con
+        finally:
+            con.close()
+
+    def _open_cursor_and_ensure_schema(self, instance: _LakeInstance) -> None:
+        with closing(instance.con.cursor()) as con:
+            con.execute("USE lake")
+            self._ensure_schema(con, self.mode)
 
     def _connect_with_retry(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         return self._retry_on_lock(lambda: duckdb.connect(str(self.path), read_only=read_only))
@@ -145,13 +325,15 @@ class ChunkStore:
                 delay = min(delay * 2, 1.0)
 
     @staticmethod
-    def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    def _ensure_schema(con: duckdb.DuckDBPyConnection, mode: str = "duckdb") -> None:
         """Create what is missing; migrate an older file first, all in one transaction.
 
-        Invariant: after this, the file is at ``SCHEMA_VERSION`` or unchanged (a
-        failed migration rolls back to the old version, whose data is intact).
+        Invariant: after this, the store is at ``SCHEMA_VERSION`` or unchanged (a
+        failed migration rolls back to the old version, whose data is intact). A store
+        already at this version and complete is not written to (in lake mode a write
+        would make every other writer's transaction conflict).
         """
-        con.execute(SCHEMA_INFO_DDL)
+        con.execute(render(SCHEMA_INFO_DDL, mode))
         row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
         version = int(row[0]) if row else SCHEMA_VERSION  # no version: a new file
         if version > SCHEMA_VERSION:
@@ -160,13 +342,14 @@ class ChunkStore:
         try:
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
-                    con.execute(statement)
-            for statement in DDL:
+                    con.execute(render(statement, mode))
+            for statement in rendered_ddl(mode):
                 con.execute(statement)
-            con.execute(
-                "INSERT INTO schema_info VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = ?",
-                [str(SCHEMA_VERSION), str(SCHEMA_VERSION)],
-            )
+            if row is None or version != SCHEMA_VERSION:
+                con.execute("DELETE FROM schema_info WHERE key = 'schema_version'")
+                con.execute("INSERT INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+            if con.execute("SELECT count(*) FROM write_serial").fetchone()[0] == 0:
+                con.execute("INSERT INTO write_serial VALUES (0)")
         except BaseException:
             con.execute("ROLLBACK")
             raise
@@ -174,15 +357,51 @@ class ChunkStore:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One write transaction: all of it lands, or none of it (rollback on error)."""
+        """One write transaction: all of it lands, or none of it (rollback on error).
+
+        It increments ``write_serial`` first, so in lake mode it conflicts at commit
+        with any other write committed meanwhile (resources/schema.py). It is not
+        re-run on a conflict: use :meth:`write_transaction` for that.
+        """
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
+                con.execute("UPDATE write_serial SET writes = writes + 1")
                 yield con
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+            # A commit that fails has already rolled back: nothing to undo here.
             con.execute("COMMIT")
+
+    def write_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """``work(con)`` in one :meth:`transaction`; re-run whole when it loses a commit conflict.
+
+        Invariant: either one run of ``work`` committed, or nothing did and this raises
+        (``WriteConflictError`` after ``WRITE_ATTEMPTS`` conflicts; any other error at once).
+        ``work`` must therefore compute nothing that depends on having run before.
+        """
+        def attempt() -> T:
+            with self.transaction() as con:
+                return work(con)
+
+        return self._retry_conflicts(attempt)
+
+    def _retry_conflicts(self, attempt: Callable[[], T]) -> T:
+        delay = WRITE_RETRY_DELAY_S
+        for number in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return attempt()
+            except duckdb.Error as exc:
+                if not is_write_conflict(exc):
+                    raise
+                if number == WRITE_ATTEMPTS:
+                    raise WriteConflictError(
+                        f"{self.describe()}: a write lost {WRITE_ATTEMPTS} commit conflicts in a row to other "
+                        f"writers; nothing of it was stored ({exc})") from exc
+                time.sleep(delay * (0.5 + random.random()))  # jitter: two losers do not retry in step
+                delay = min(delay * 2, WRITE_RETRY_MAX_DELAY_S)
+        raise AssertionError("unreachable")
 
     def initialize(self) -> None:
         with self.connect():
@@ -195,8 +414,7 @@ class ChunkStore:
 
         The CLI calls it before anything runs; every document write checks it again.
         """
-        with self.transaction() as con:
-            _claim_source_root(con, self.path, source_root)
+        self.write_transaction(lambda con: _claim_source_root(con, self.describe(), source_root))
 
     def source_root(self) -> str | None:
         """The folder this database holds documents of; None before the first write."""
@@ -208,47 +426,51 @@ class ChunkStore:
         with self.connect(read_only=True) as con:
             claimed = _claimed_root(con)
             roots = [r for (r,) in con.execute("SELECT DISTINCT source_root FROM documents").fetchall()]
-        return _conflict_message(self.path, source_root, claimed, roots)
+        return _conflict_message(self.describe(), source_root, claimed, roots)
 
     # -- documents ------------------------------------------------------------------
 
     def record_read(self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int) -> None:
         """Record that the raw bytes were read. Parsed rows stay until a parse replaces them."""
-        with self.transaction() as con:
-            _claim_source_root(con, self.path, source_root)
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            _claim_source_root(con, self.describe(), source_root)
             con.execute(
-                """
-                INSERT INTO documents (doc_id, source_root, source_path, sha256, size_bytes, status, updated_at)
-                VALUES (?, ?, ?, ?, ?, 'read', ?)
-                ON CONFLICT (doc_id) DO UPDATE SET
+                f"""
+                MERGE INTO documents USING ({_DOCUMENT_ROW}) AS excluded ON documents.doc_id = excluded.doc_id
+                WHEN MATCHED THEN UPDATE SET
                     source_root = excluded.source_root, source_path = excluded.source_path,
                     status = CASE WHEN documents.sha256 = excluded.sha256 THEN documents.status ELSE 'read' END,
                     error = CASE WHEN documents.sha256 = excluded.sha256 THEN documents.error ELSE NULL END,
                     sha256 = excluded.sha256,
                     size_bytes = excluded.size_bytes,
                     updated_at = excluded.updated_at
+                WHEN NOT MATCHED THEN INSERT BY NAME
                 """,
-                [doc_id, source_root, source_path, sha256, size_bytes, _now()],
+                _document_row(doc_id, source_root, source_path, sha256, size_bytes, status="read"),
             )
+
+        self.write_transaction(write)
 
     def record_error(
         self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int, error: str
     ) -> None:
         """Mark a document failed. Rows from an earlier good parse are kept, marked by this row:
         the ``current_*`` views leave them out."""
-        with self.transaction() as con:
-            _claim_source_root(con, self.path, source_root)
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            _claim_source_root(con, self.describe(), source_root)
             con.execute(
-                """
-                INSERT INTO documents (doc_id, source_root, source_path, sha256, size_bytes, status, error, updated_at)
-                VALUES (?, ?, ?, ?, ?, 'error', ?, ?)
-                ON CONFLICT (doc_id) DO UPDATE SET
+                f"""
+                MERGE INTO documents USING ({_DOCUMENT_ROW}) AS excluded ON documents.doc_id = excluded.doc_id
+                WHEN MATCHED THEN UPDATE SET
                     source_root = excluded.source_root, source_path = excluded.source_path, sha256 = excluded.sha256,
                     size_bytes = excluded.size_bytes, status = 'error',
                     error = excluded.error, updated_at = excluded.updated_at
+                WHEN NOT MATCHED THEN INSERT BY NAME
                 """,
-                [doc_id, source_root, source_path, sha256, size_bytes, error, _now()],
+                _document_row(doc_id, source_root, source_path, sha256, size_bytes, status="error", error=error),
             )
+
+        self.write_transaction(write)
 
     def replace_parsed(self, doc: ParsedDocument, source_root: str, source_path: str, size_bytes: int) -> None:
         """Replace a document's pages, blocks and tables in one transaction."""
@@ -264,28 +486,30 @@ class ChunkStore:
             (doc.doc_id, table_id, entry.get("format"), entry.get("table_header"), json.dumps(entry, ensure_ascii=False))
             for table_id, entry in doc.tables.items()
         ]
-        with self.transaction() as con:
-            _claim_source_root(con, self.path, source_root)
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            _claim_source_root(con, self.describe(), source_root)
             for table in ("pages", "blocks", "doc_tables"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc.doc_id])
             insert_rows(con, "pages", PAGE_COLUMNS, page_rows)
             insert_rows(con, "blocks", BLOCK_COLUMNS, block_rows)
             insert_rows(con, "doc_tables", TABLE_COLUMNS, table_rows)
             con.execute(
-                """
-                INSERT INTO documents (doc_id, source_root, source_path, sha256, size_bytes, format, encoding,
-                                       n_pages, n_chars, status, error, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'parsed', NULL, ?)
-                ON CONFLICT (doc_id) DO UPDATE SET
+                f"""
+                MERGE INTO documents USING ({_DOCUMENT_ROW}) AS excluded ON documents.doc_id = excluded.doc_id
+                WHEN MATCHED THEN UPDATE SET
                     source_root = excluded.source_root, source_path = excluded.source_path, sha256 = excluded.sha256,
                     size_bytes = excluded.size_bytes, format = excluded.format,
                     encoding = excluded.encoding, n_pages = excluded.n_pages,
                     n_chars = excluded.n_chars, status = 'parsed', error = NULL,
                     updated_at = excluded.updated_at
+                WHEN NOT MATCHED THEN INSERT BY NAME
                 """,
-                [doc.doc_id, source_root, source_path, doc.sha256, size_bytes, doc.format, doc.encoding,
-                 len(doc.pages), len(doc.text), _now()],
+                _document_row(doc.doc_id, source_root, source_path, doc.sha256, size_bytes, status="parsed",
+                              format=doc.format, encoding=doc.encoding, n_pages=len(doc.pages),
+                              n_chars=len(doc.text)),
             )
+
+        self.write_transaction(write)
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
         with self.connect(read_only=True) as con:
@@ -348,9 +572,11 @@ class ChunkStore:
         elsewhere, or back later, embeds nothing). The rows go first: a failure
         there leaves the sidecars, which a retry removes.
         """
-        with self.transaction() as con:
+        def write(con: duckdb.DuckDBPyConnection) -> None:
             for table in ("chunk_embeddings", "chunks", "doc_tables", "blocks", "pages", "documents"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc_id])
+
+        self.write_transaction(write)
         if self.sidecar_dir is not None:
             for sidecar in sidecar_paths(doc_id, self.sidecar_dir):
                 sidecar.unlink(missing_ok=True)
@@ -368,9 +594,11 @@ class ChunkStore:
             )
             for i, c in enumerate(chunks)
         ]
-        with self.transaction() as con:
+        def write(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("DELETE FROM chunks WHERE doc_id = ? AND strategy = ?", [doc_id, strategy])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)
+
+        self.write_transaction(write)
 
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
         with self.connect(read_only=True) as con:
@@ -425,7 +653,7 @@ class ChunkStore:
         """
         vectors = {sha: v for _, sha, v in rows}
         vectors.update(new_cache_entries)
-        with self.transaction() as con:
+        def write(con: duckdb.DuckDBPyConnection) -> None:
             if vectors:
                 # Another partition of the batch may have stored the same text already.
                 present = {
@@ -443,6 +671,8 @@ class ChunkStore:
             insert_rows(con, "chunk_embeddings", CHUNK_EMBEDDING_COLUMNS, [
                 (doc_id, strategy, i, model_id, sha) for i, sha, _ in rows
             ])
+
+        self.write_transaction(write)
 
     def load_embeddings(self, doc_id: str, strategy: str) -> list[tuple[int, np.ndarray]]:
         with self.connect(read_only=True) as con:
@@ -489,7 +719,22 @@ class ChunkStore:
         The copy is made under a read lock held only while copying (the writer, which
         retries, waits that long and no longer) and deleted on exit. Use it to query
         while an ingest runs; a connection to the live file would stop the ingest.
+
+        In lake mode nothing is copied: the connection reads in one read-only
+        transaction, which DuckLake pins to the snapshot current when it began, and
+        writers are never blocked by it.
         """
+        if self.lake is not None:
+            with self.connect(read_only=True) as con:
+                con.execute("BEGIN TRANSACTION READ ONLY")
+                # DuckLake takes the transaction's snapshot at its first read: read now, so the
+                # caller sees the lake as it is when snapshot() returns, however late it queries.
+                con.execute("SELECT count(*) FROM schema_info").fetchall()
+                try:
+                    yield con
+                finally:
+                    con.execute("ROLLBACK")
+            return
         with tempfile.TemporaryDirectory(prefix="chunkyard-snapshot-") as tmp:
             copy = Path(tmp) / self.path.name
             if self.path.exists():
@@ -528,12 +773,32 @@ def insert_rows(
     con.execute(f"INSERT INTO {table} ({names}) SELECT {selects}", values)
 
 
+# The one-row source of a MERGE INTO documents: every column, by name (INSERT BY NAME).
+_DOCUMENT_ROW = """
+    SELECT $doc_id::VARCHAR AS doc_id, $source_root::VARCHAR AS source_root, $source_path::VARCHAR AS source_path,
+           $sha256::VARCHAR AS sha256, $size_bytes::BIGINT AS size_bytes, $format::VARCHAR AS format,
+           $encoding::VARCHAR AS encoding, $n_pages::INTEGER AS n_pages, $n_chars::BIGINT AS n_chars,
+           $status::VARCHAR AS status, $error::VARCHAR AS error, $updated_at::TIMESTAMP AS updated_at
+"""
+
+
+def _document_row(
+    doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int, *, status: str,
+    error: str | None = None, format: str | None = None, encoding: str | None = None,
+    n_pages: int | None = None, n_chars: int | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``_DOCUMENT_ROW``: one documents row as written now."""
+    return {"doc_id": doc_id, "source_root": source_root, "source_path": source_path, "sha256": sha256,
+            "size_bytes": size_bytes, "format": format, "encoding": encoding, "n_pages": n_pages,
+            "n_chars": n_chars, "status": status, "error": error, "updated_at": _now()}
+
+
 def _claimed_root(con: duckdb.DuckDBPyConnection) -> str | None:
     row = con.execute("SELECT value FROM schema_info WHERE key = 'source_root'").fetchone()
     return row[0] if row else None
 
 
-def _conflict_message(db_path: Path, source_root: str, claimed: str | None, roots: Sequence[str]) -> str | None:
+def _conflict_message(db_path: Path | str, source_root: str, claimed: str | None, roots: Sequence[str]) -> str | None:
     """Why ``source_root`` may not write into this database, or None when it may.
 
     A database first written before claims existed may hold several folders: it is
@@ -547,7 +812,7 @@ def _conflict_message(db_path: Path, source_root: str, claimed: str | None, root
             f"Give this folder its own database, e.g. CHUNKYARD_DB=data/other.duckdb make run DOCS={source_root}")
 
 
-def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path, source_root: str) -> None:
+def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path | str, source_root: str) -> None:
     claimed = _claimed_root(con)
     if claimed == source_root:
         return
@@ -562,20 +827,31 @@ def _sql_string(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
+def _sql_text(text: str) -> str:
+    return text.replace("'", "''")
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 class StoreResource(ConfigurableResource):
-    """The chunkyard DuckDB database and the folder parsed sidecars are exported to."""
+    """The chunkyard store (a DuckDB file, or a DuckLake) and the folder parsed sidecars are exported to."""
 
-    path: str = Field(default=DEFAULT_DB_PATH, description="DuckDB file.")
+    path: str = Field(default=DEFAULT_DB_PATH, description="DuckDB file (lake mode: the folder of local outputs).")
     sidecar_dir: str | None = Field(
         default=None, description="Where .blocks.jsonl/.tables.json are written; default <db dir>/parsed."
     )
+    mode: str = Field(default="duckdb", description="'duckdb' (the embedded file) or 'ducklake'.")
+    catalog: str | None = Field(default=None, description="Lake mode: postgres:<libpq>, sqlite:<file>, duckdb:<file>.")
+    data_path: str | None = Field(default=None, description="Lake mode: folder or object-storage URL of data files.")
+
+    def lake_config(self) -> LakeConfig | None:
+        return lake_config(self.mode, self.catalog, self.data_path)
 
     def store(self, *, lock_timeout_s: float = 60.0) -> ChunkStore:
-        return ChunkStore(self.path, lock_timeout_s=lock_timeout_s, sidecar_dir=self.sidecar_path())
+        return ChunkStore(self.path, lock_timeout_s=lock_timeout_s, sidecar_dir=self.sidecar_path(),
+                          lake=self.lake_config())
 
     def sidecar_path(self) -> Path:
         return Path(self.sidecar_dir) if self.sidecar_dir else Path(self.path).parent / "parsed"

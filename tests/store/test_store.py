@@ -1,5 +1,9 @@
-"""The DuckDB store: one copy per vector, the current_* views, one folder per database,
-migration of a version-1 file, and readers beside a writer in another process."""
+"""The store: one copy per vector, the current_* views, one folder per database,
+migration of a version-1 file, and readers beside a writer in another process.
+
+Tests taking ``store`` run in both modes (conftest.py): the embedded DuckDB file and a
+DuckLake with its catalog in PostgreSQL. ``file_store`` tests are about the file itself
+(its migration, its lock)."""
 
 import subprocess
 import sys
@@ -15,14 +19,9 @@ from chunking.sidecar import sidecar_paths, write_sidecars
 from resources import schema
 from resources.store import ChunkStore, SourceRootConflict, StoreLockedError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT = "/docs/one"
 MODEL = "test-model"
-
-
-@pytest.fixture
-def store(tmp_path):
-    return ChunkStore(tmp_path / "db" / "chunkyard.duckdb", sidecar_dir=tmp_path / "db" / "parsed")
 
 
 def parsed(doc_id: str, text: str, sha: str) -> ParsedDocument:
@@ -105,7 +104,8 @@ V1_EMBEDDINGS = [
 ]
 
 
-def test_a_version_1_file_is_migrated_with_every_vector(store):
+def test_a_version_1_file_is_migrated_with_every_vector(file_store):
+    store = file_store
     make_v1_database(store.path)
     store.initialize()
     assert query(store, "SELECT value FROM schema_info WHERE key = 'schema_version'") == [("2",)]
@@ -116,7 +116,8 @@ def test_a_version_1_file_is_migrated_with_every_vector(store):
     assert store.cached_embeddings("m", ["old"])["old"].tolist() == [9.0, 9.0]
 
 
-def test_a_failed_migration_leaves_the_version_1_file_intact(store, monkeypatch):
+def test_a_failed_migration_leaves_the_version_1_file_intact(file_store, monkeypatch):
+    store = file_store
     make_v1_database(store.path)
     broken = (*schema.MIGRATIONS[1], "SELECT * FROM no_such_table")
     monkeypatch.setitem(schema.MIGRATIONS, 1, broken)
@@ -227,14 +228,14 @@ def test_a_reader_holding_a_snapshot_never_blocks_the_writer(store):
     ingest(store, "a.txt", "alpha text", "sha-1")
     reader = start(f"""
         import sys
-        from resources.store import ChunkStore
-        with ChunkStore({str(store.path)!r}).snapshot() as con:
+        from resources.store import ChunkStore, LakeConfig
+        with ChunkStore({str(store.path)!r}, lake={store.lake!r}).snapshot() as con:
             print("ready", flush=True)
             sys.stdin.readline()
             print(con.execute("SELECT count(*) FROM current_chunks").fetchone()[0], flush=True)
     """)
     try:
-        writer = ChunkStore(store.path, lock_timeout_s=0.5, sidecar_dir=store.sidecar_dir)
+        writer = ChunkStore(store.path, lock_timeout_s=0.5, sidecar_dir=store.sidecar_dir, lake=store.lake)
         ingest(writer, "b.txt", "beta text", "sha-b")  # would raise StoreLockedError on a held live file
     finally:
         seen = stop(reader)
@@ -242,7 +243,8 @@ def test_a_reader_holding_a_snapshot_never_blocks_the_writer(store):
     assert query(store, "SELECT count(*) FROM current_chunks") == [(2,)]
 
 
-def test_a_held_live_connection_is_reported_in_one_line_with_its_pid(store):
+def test_a_held_live_connection_is_reported_in_one_line_with_its_pid(file_store):
+    store = file_store
     store.initialize()
     holder = start(f"""
         import sys, duckdb
