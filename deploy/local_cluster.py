@@ -9,13 +9,16 @@ tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) 
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
   transport) and the celery result backend (database ``celery``): one service, no
   RabbitMQ or Redis to install.
+* with ``lake=True`` (default) the store is a DuckLake: catalog in that PostgreSQL (database
+  ``chunkyard``), data files under ``<root>/chunkyard-data`` (CHUNKYARD_STORE_* variables).
 * ``celery -A dagster_celery.app worker --pool solo`` processes (one step at a time each: run
   more workers for more parallel steps), each named ``chunkyard-w<i>@<host>``, started in
   their own session from the repository root, with deploy/ on PYTHONPATH for
   deploy/dagster_celery_config.py.
 
 ``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
-DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery.
+DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery and
+the lake's CHUNKYARD_STORE_* settings.
 Leaving the ``with`` block stops every worker (SIGTERM, then SIGKILL to the whole process
 group) and PostgreSQL; nothing started here outlives it.
 """
@@ -38,11 +41,13 @@ DEPLOY_DIR = REPO_ROOT / "deploy"
 class LocalCluster:
     """PostgreSQL and ``workers`` celery worker processes under ``root`` (a fresh folder)."""
 
-    def __init__(self, root: Path, *, workers: int = 2, max_concurrent_runs: int = 2, extra_env: dict[str, str] | None = None):
+    def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
+                 extra_env: dict[str, str] | None = None):
         if workers < 0:
             raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
         self.root = Path(root).resolve()
         self.workers = workers
+        self.lake = lake
         self.max_concurrent_runs = max_concurrent_runs
         self.extra_env = dict(extra_env or {})
         self.server = None
@@ -65,6 +70,16 @@ class LocalCluster:
     def create_database(self, database: str) -> None:
         """A new, empty database on this cluster's PostgreSQL (e.g. one Dagster instance per bench case)."""
         self.server.psql(f"CREATE DATABASE {database};")
+
+    def lake_env(self, name: str) -> dict[str, str]:
+        """The [store] environment of a new, empty lake ``name``: catalog database + data folder."""
+        self.create_database(name)
+        socket_dir = self.server.get_postmaster_info().socket_path.parent
+        return {
+            "CHUNKYARD_STORE_MODE": "ducklake",
+            "CHUNKYARD_STORE_CATALOG": f"postgres:dbname={name} host={socket_dir} user=postgres",
+            "CHUNKYARD_STORE_DATA_PATH": str(self.root / f"{name}-data"),
+        }
 
     def postgres_url(self, database: str, driver: str = "postgresql") -> str:
         """A URL for ``database`` on this cluster's PostgreSQL (unix socket, no password)."""
@@ -89,6 +104,8 @@ class LocalCluster:
             "PYTHONPATH": os.pathsep.join(
                 [str(DEPLOY_DIR), str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
         })
+        if self.lake:
+            env.update(self.lake_env("chunkyard"))
         env.update(self.extra_env)
         return env
 
@@ -190,10 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="data/cluster", help="folder for PostgreSQL's data, DAGSTER_HOME and worker logs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-concurrent-runs", type=int, default=2)
+    parser.add_argument("--embedded", action="store_true", help="keep the embedded DuckDB store (CHUNKYARD_DB) instead of a lake")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    with LocalCluster(Path(args.root), workers=args.workers, max_concurrent_runs=args.max_concurrent_runs) as cluster:
+    with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
+                      max_concurrent_runs=args.max_concurrent_runs) as cluster:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
         if not command:
             print("no command given; the cluster stops now", flush=True)

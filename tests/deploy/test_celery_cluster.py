@@ -1,12 +1,13 @@
 """deploy/ on this machine: PostgreSQL + a celery broker from packages, two celery workers.
 
-One purposeful, slow test (~2-3 min): ``chunkyard run`` over examples/docs with
-``executor = "celery"`` and Dagster's instance in PostgreSQL (deploy/dagster.yaml), exactly
-as deploy/README.md tells a user. It proves that
+One purposeful, slow test (~3 min): ``chunkyard run`` over examples/docs with
+``executor = "celery"``, Dagster's instance in PostgreSQL (deploy/dagster.yaml) and the store
+a DuckLake (catalog in the same PostgreSQL, data files in a folder), exactly as
+deploy/README.md tells a user. It proves that
 
 * every step of every run executed on a celery worker, and steps ran on both workers
   (the "Celery worker" of each step's engine event in the run's event log);
-* every document's chunks landed once per strategy (no duplicate chunk, indexes 0..n-1 with
+* every document's chunks landed once per strategy in the one lake (no duplicate chunk, indexes 0..n-1 with
   no gap, one embedding per chunk), and every run succeeded;
 * nothing the cluster started outlives it (worker processes, PostgreSQL).
 """
@@ -63,8 +64,7 @@ def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, 
 def test_ingest_runs_on_two_celery_workers(tmp_path, monkeypatch):
     from deploy.local_cluster import LocalCluster
 
-    db_path = tmp_path / "store.duckdb"
-    run_env = {"CHUNKYARD_DB": str(db_path), "CHUNKYARD_DOCS": str(DOCS)}
+    run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
     cluster = LocalCluster(tmp_path / "cluster", workers=2, extra_env=run_env)
     with cluster:
         worker_names = cluster.wait_for_workers()
@@ -79,14 +79,33 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, monkeypatch):
         from dagster import DagsterInstance, DagsterRunStatus
         from dagster._core.instance.ref import InstanceRef
 
-        for key in ("DAGSTER_HOME", "CHUNKYARD_DAGSTER_PG_URL"):
+        for key in ("DAGSTER_HOME", "CHUNKYARD_DAGSTER_PG_URL", "CHUNKYARD_MAX_CONCURRENT_RUNS"):
             monkeypatch.setenv(key, cluster.env[key])
         instance = DagsterInstance.from_ref(InstanceRef.from_dir(cluster.env["DAGSTER_HOME"]))
         try:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            # The queue's limit comes from the environment (CHUNKYARD_MAX_CONCURRENT_RUNS).
+            assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
             workers, succeeded, runs = _celery_steps(instance)
         finally:
             instance.dispose()
+
+        # Every document's chunks landed once in the lake, for every strategy, one embedding per chunk.
+        from resources.store import ChunkStore, LakeConfig, close_lakes
+
+        lake = LakeConfig(catalog=cluster.env["CHUNKYARD_STORE_CATALOG"],
+                          data_path=cluster.env["CHUNKYARD_STORE_DATA_PATH"])
+        try:
+            with ChunkStore(tmp_path / "reader.duckdb", lake=lake).connect(read_only=True) as con:
+                documents = {row[0] for row in con.sql(
+                    "SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
+                per_doc = con.sql("""
+                    SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
+                    FROM chunks GROUP BY ALL""").fetchall()
+                embedded = dict(((d, s), n) for d, s, n in con.sql(
+                    "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall())
+        finally:
+            close_lakes()  # before the cluster stops PostgreSQL
 
     assert runs and all(run.status == DagsterRunStatus.SUCCESS for run in runs)
     assert succeeded, "no step succeeded"
@@ -95,18 +114,8 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, monkeypatch):
     assert set(workers.values()) == set(worker_names), (
         f"steps ran on {sorted(set(workers.values()))}, workers were {worker_names}")
 
-    # Every document's chunks landed once, for every strategy, with one embedding per chunk.
-    import duckdb
-
     from chunking.strategies import all_strategies
 
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        documents = {row[0] for row in con.sql("SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
-        per_doc = con.sql("""
-            SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
-            FROM chunks GROUP BY ALL""").fetchall()
-        embedded = dict(((d, s), n) for d, s, n in con.sql(
-            "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall())
     expected_docs = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
     assert documents == expected_docs
     strategies = {spec.name for spec in all_strategies()}
