@@ -83,6 +83,9 @@ WRITE_ATTEMPTS = 30
 WRITE_RETRY_DELAY_S = 0.05
 WRITE_RETRY_MAX_DELAY_S = 2.0
 
+# Opening a new lake: attempts while another process creates its catalog at the same time.
+LAKE_INIT_ATTEMPTS = 10
+
 # DuckDB names the process holding a file lock: '... Conflicting lock is held in /usr/bin/python3 (PID 1234) ...'
 _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
@@ -182,8 +185,18 @@ class _LakeInstance:
             con.execute(f"LOAD '{extension_path(name)}'")
         if "://" not in lake.data_path:
             Path(lake.data_path).mkdir(parents=True, exist_ok=True)
-        con.execute(f"ATTACH '{_sql_text(lake.attach_target())}' AS lake "
-                    f"(DATA_PATH '{_sql_text(lake.data_path)}')")
+        attach = (f"ATTACH '{_sql_text(lake.attach_target())}' AS lake "
+                  f"(DATA_PATH '{_sql_text(lake.data_path)}')")
+        for attempt in range(1, LAKE_INIT_ATTEMPTS + 1):
+            try:
+                con.execute(attach)
+                break
+            except duckdb.Error as exc:
+                # Processes opening a new lake at once all create its catalog tables; the losers
+                # fail ('Failed to initialize DuckLake: ... already exists') and find them next time.
+                if "initialize ducklake" not in str(exc).lower() or attempt == LAKE_INIT_ATTEMPTS:
+                    raise
+                time.sleep(0.2 * attempt * (0.5 + random.random()))
         self.con = con
         self.schema_ready = False
 

@@ -8,6 +8,8 @@ server is stopped when the session ends, after this process's lake connections c
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -35,18 +37,23 @@ class PostgresForLakes:
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory) -> PostgresForLakes:
+def postgres() -> PostgresForLakes:
+    # Not under pytest's temp root: run as root, pgserver starts PostgreSQL as its own user
+    # "pgserver" and opens the path to it, which a pytest session starting meanwhile (its root
+    # folder is reset to 0700) would close again.
+    home = Path(tempfile.mkdtemp(prefix="chunkyard-postgres-"))
     with warnings.catch_warnings():
         # platformdirs warns that XDG_RUNTIME_DIR is unset (CI, containers); pgserver then uses /tmp.
         warnings.simplefilter("ignore")
         import pgserver
 
-        server = pgserver.get_server(tmp_path_factory.mktemp("postgres") / "pgdata", cleanup_mode="stop")
+        server = pgserver.get_server(home / "pgdata", cleanup_mode="stop")
     try:
         yield PostgresForLakes(server)
     finally:
         close_lakes()
         server.cleanup()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
