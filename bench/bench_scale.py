@@ -1,7 +1,7 @@
 """Documents/s and chunks/s at 1 and 2 concurrent runs, at 1x and 10x corpus size.
 
 Run: ``.venv/bin/python bench/bench_scale.py [--corpus examples/docs] [--multiples 1,10]
-[--runs 1,2] [--config chunkyard.toml]``  (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)
+[--runs 1,2] [--store ducklake|duckdb]``  (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)
 
 What one measurement is: a fresh store and the N-times corpus (every file copied N times
 under distinct names, ``copy00/...``; each copy's paragraphs end with their copy number, so
@@ -15,8 +15,8 @@ what a run costs. "1 run" is the same documents in one process.
 
 Every figure is printed as a ratio to the 1-run 1x figure of the same invocation, beside
 the load average; the last line is the 2-run/1-run time ratio at the largest multiple
-(issue 16's target: <= 0.6 on 10x). ``--config`` selects the store mode (a chunkyard.toml);
-each measurement gets its own database path (CHUNKYARD_DB) under a temporary folder.
+(issue 16's target: <= 0.6 on 10x). ``--store`` selects the store mode: every measurement
+gets a fresh lake (its own catalog database and data folder), or a fresh DuckDB file.
 """
 
 from __future__ import annotations
@@ -155,6 +155,42 @@ def summarize() -> None:
     print(json.dumps({"documents": documents, "chunks": chunks, "stages": stages}))
 
 
+def write_commits(prefix: str, count: int, chunks_per_write: int) -> None:
+    """``count`` chunk writes (one per-document transaction each, as a chunks step makes) into
+    the store the environment names; prints the seconds they took."""
+    from chunking.model import Chunk
+    from orchestration import definitions
+
+    store = definitions.defs.resources["store"].store()
+    text = "A sentence of a chunk that the catalog bench writes. " * 8
+    chunks = [Chunk(text=f"{prefix} {i} {text}", char_start=i * 500, char_end=i * 500 + 450, token_count=90)
+              for i in range(chunks_per_write)]
+    started = time.monotonic()
+    for index in range(count):
+        store.replace_chunks(f"{prefix}/doc{index}", "bench", chunks, config_hash="bench", doc_sha256="bench")
+    print(json.dumps({"seconds": time.monotonic() - started}))
+
+
+def measure_commits(cluster, work: Path, writers: int, count: int, chunks_per_write: int) -> float:
+    """Committed per-document writes per second with ``writers`` processes writing one fresh lake at once."""
+    env = dict(cluster.env, CHUNKYARD_DOCS=str(work), CHUNKYARD_EXECUTOR="in_process",
+               CHUNKYARD_DB=str(work / f"commits-{writers}" / "chunkyard.duckdb"))
+    env.update(cluster.lake_env(f"lake_commits_{writers}"))
+    _python(["--init-store"], env, check=True)  # the lake's tables exist before the writers race
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--write-commits", f"w{w}",
+                               "--commits", str(count), "--chunks-per-write", str(chunks_per_write)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in range(writers)]
+    seconds = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"commit bench writer failed:\n{err[-3000:]}")
+        seconds.append(json.loads(out.strip().splitlines()[-1])["seconds"])
+    # Each writer times its own writes (not its start-up); the slowest one bounds the batch.
+    return writers * count / max(seconds)
+
+
 # -- the driver -----------------------------------------------------------------------------
 @dataclass
 class Measurement:
@@ -182,7 +218,7 @@ def _python(mode: list[str], env: dict[str, str], **kwargs) -> subprocess.Comple
 
 
 def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
-            per_run: int, config: str | None) -> Measurement:
+            per_run: int, lake: bool) -> Measurement:
     docs = work / f"docs-{multiple}x"
     if not docs.exists():
         make_corpus(corpus, multiple, docs)
@@ -190,12 +226,17 @@ def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
     # A Dagster instance of its own (runs, partitions) in the cluster's PostgreSQL.
     database = f"dagster_{multiple}x_{runs}run"
     cluster.create_database(database)
-    env = dict(cluster.env, CHUNKYARD_DOCS=str(docs), CHUNKYARD_DB=str(work / f"store-{label}.duckdb"),
+    env = dict(cluster.env, CHUNKYARD_DOCS=str(docs), CHUNKYARD_DB=str(work / f"store-{label}" / "chunkyard.duckdb"),
                CHUNKYARD_DAGSTER_PG_URL=cluster.postgres_url(database, "postgresql+psycopg2"),
                CHUNKYARD_EXECUTOR="in_process", TQDM_DISABLE="1",
                HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
-    if config:
-        env["CHUNKYARD_CONFIG"] = str(Path(config).resolve())
+    if lake:
+        # A fresh, empty lake: its catalog database in the cluster's PostgreSQL, its own data folder.
+        env.update(cluster.lake_env(f"lake_{multiple}x_{runs}run"))
+    else:
+        for variable in ("CHUNKYARD_STORE_MODE", "CHUNKYARD_STORE_CATALOG", "CHUNKYARD_STORE_DATA_PATH"):
+            env.pop(variable, None)
+        env["CHUNKYARD_STORE_MODE"] = "duckdb"
     registered = _python(["--register"], env, check=True)
     keys = json.loads(registered.stdout.strip().splitlines()[-1])
     ranges = split_ranges(keys, runs)
@@ -246,8 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--multiples", default="1,10")
     parser.add_argument("--runs", default="1,2")
     parser.add_argument("--per-run", type=int, default=25, help="documents per range run (the CLI's batch)")
-    parser.add_argument("--config", help="a chunkyard.toml (e.g. one selecting the lake store)")
+    parser.add_argument("--store", choices=("ducklake", "duckdb"), default="ducklake",
+                        help="ducklake (default): a fresh lake per measurement, catalog in the cluster's "
+                             "PostgreSQL; duckdb: a fresh embedded file (concurrent runs then wait on its lock)")
+    parser.add_argument("--catalog-writes", type=int, default=100,
+                        help="per-document chunk writes each of 1 and 2 writers commits to a fresh lake (0: skip)")
     parser.add_argument("--register", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--init-store", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write-commits", help=argparse.SUPPRESS)
+    parser.add_argument("--commits", type=int, default=100, help=argparse.SUPPRESS)
+    parser.add_argument("--chunks-per-write", type=int, default=24, help=argparse.SUPPRESS)
     parser.add_argument("--run-range", help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -259,24 +308,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.count:
         summarize()
         return 0
+    if args.init_store:
+        from orchestration import definitions
+
+        definitions.defs.resources["store"].store().initialize()
+        return 0
+    if args.write_commits:
+        write_commits(args.write_commits, args.commits, args.chunks_per_write)
+        return 0
 
     from deploy.local_cluster import LocalCluster
 
     multiples = [int(x) for x in args.multiples.split(",")]
     run_counts = [int(x) for x in args.runs.split(",")]
-    print(f"bench_scale: corpus {args.corpus}, multiples {multiples}, concurrent runs {run_counts}, "
+    print(f"bench_scale: store {args.store}, corpus {args.corpus}, multiples {multiples}, concurrent runs {run_counts}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)
     measurements = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         work = Path(tmp)
-        with LocalCluster(work / "cluster", workers=0) as cluster:
+        with LocalCluster(work / "cluster", workers=0, lake=False) as cluster:
             for multiple in multiples:
                 for runs in run_counts:
-                    m = measure(cluster, work, Path(args.corpus), multiple, runs, args.per_run, args.config)
+                    m = measure(cluster, work, Path(args.corpus), multiple, runs, args.per_run, args.store == "ducklake")
                     print(f"  {multiple}x, {runs} run(s): {m.documents} documents, {m.chunks} chunks in "
                           f"{m.seconds:.1f} s (load {m.load_before:.2f} -> {m.load_after:.2f})", flush=True)
                     measurements.append(m)
+            commit_rates = {}
+            if args.catalog_writes and args.store == "ducklake":
+                for writers in (1, 2):
+                    commit_rates[writers] = measure_commits(cluster, work, writers, args.catalog_writes, 24)
     print_table(measurements)
+    for writers, rate in commit_rates.items():
+        print(f"lake catalog: {rate:.1f} per-document writes/s committed with {writers} writer(s) at once "
+              f"({args.catalog_writes} writes of 24 chunks each; PostgreSQL catalog, local data folder)")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
