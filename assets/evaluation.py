@@ -71,7 +71,7 @@ def build_retrieval_eval_asset(
         chunk_store = store.store()
         model_id = embedding.model_id
         embed = (lambda texts: embedding.get_embedder().embed(texts)) if mode != "keyword" else None
-        index = SearchIndex(store.path, model_id, embed=embed)
+        index = SearchIndex(store.path, model_id, embed=embed, lake=store.lake_config())
         try:
             report = evaluate(index, questions, ks=ks, mode=mode)
         finally:

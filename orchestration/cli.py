@@ -263,10 +263,13 @@ def open_store(db: str | None):
     from orchestration.settings import load_settings
     from resources.store import ChunkStore
 
-    path = Path(db or load_settings().db_path)
-    if not path.is_file():
+    settings = load_settings()
+    path = Path(db or settings.db_path)
+    # --db names a DuckDB file; without it, the settings' store (the file, or the [store] lake).
+    store = ChunkStore(path, lake=None if db else settings.store.lake())
+    if not store.exists():
         raise CliError(f"no database at {path.resolve()} yet: run `chunkyard run --docs FOLDER` first (or pass --db)")
-    return ChunkStore(path)
+    return store
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -150,7 +150,7 @@ def _eval(args) -> int:
             if event.event_type == DagsterEventType.STEP_FAILURE:
                 print(f"chunkyard eval: {event.event_specific_data.error.message.strip()}", file=sys.stderr)
         return 1
-    rows = history_rows(ChunkStore(settings.db_path), result.run_id)
+    rows = history_rows(ChunkStore(settings.db_path, lake=settings.store.lake()), result.run_id)
     checks = [e.event_specific_data for e in result.all_events
               if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
     if args.json:

@@ -122,7 +122,9 @@ class SearchIndex:
         vector_index: str = "exact",
         context_chars: int = 200,
         lock_timeout_s: float = 30.0,
+        lake=None,
     ) -> None:
+        """``lake``: a ``resources.store.LakeConfig`` to read instead of the file at ``db_path``."""
         if vector_index not in VECTOR_INDEXES:
             raise SearchError(f"vector_index must be one of {VECTOR_INDEXES}, not {vector_index!r}")
         self.db_path = Path(db_path)
@@ -134,6 +136,9 @@ class SearchIndex:
         self.builds = 0  # how many times the copy was (re)built: tests and metadata read it
         self._con = duckdb.connect(":memory:")
         load_extensions(self._con)
+        self.lake = lake
+        if lake is not None:
+            load_extensions(self._con, lake.extensions())
         self._built: _Built | None = None
 
     def close(self) -> None:
@@ -142,6 +147,10 @@ class SearchIndex:
     # -- the in-memory copy ---------------------------------------------------------
 
     def _attach(self) -> None:
+        if self.lake is not None:  # a lake never locks out its readers: one read-only attach
+            target, data_path = (t.replace("'", "''") for t in (self.lake.attach_target(), self.lake.data_path))
+            self._con.execute(f"ATTACH '{target}' AS store (DATA_PATH '{data_path}', READ_ONLY)")
+            return
         if not self.db_path.is_file():
             raise SearchError(f"no chunkyard database at {self.db_path}: run `chunkyard run` first")
         deadline = time.monotonic() + self.lock_timeout_s
@@ -445,5 +454,5 @@ def open_index(settings, *, vector_index: str = "exact") -> SearchIndex:
     )
     return SearchIndex(
         settings.db_path, resource.model_id, embed=lambda texts: resource.get_embedder().embed(texts),
-        vector_index=vector_index,
+        vector_index=vector_index, lake=settings.store.lake(),
     )

@@ -271,3 +271,53 @@ def test_a_write_that_keeps_losing_its_commit_stops_with_nothing_stored(lake, mo
     assert len(attempts) == 3
     assert store.load_chunks("a.txt", "s") == []
     other.close()
+
+
+# -- the pool: one holder with the file, many with a lake ------------------------------------
+
+
+def test_the_lake_instance_lets_the_store_pool_hold_as_many_runs_as_it_starts(tmp_path):
+    import shutil
+
+    from dagster import DagsterInstance
+
+    from assets.partitions import DOCUMENT_ASSET_ARGS
+
+    pool = DOCUMENT_ASSET_ARGS["pool"]
+    limits = {}
+    for template in ("dagster-instance.yaml", "dagster-instance-lake.yaml"):
+        home = tmp_path / template
+        home.mkdir()
+        shutil.copyfile(REPO_ROOT / template, home / "dagster.yaml")
+        with DagsterInstance.from_config(str(home)) as instance:  # the file is a valid instance config
+            config = instance.get_concurrency_config()
+            limits[template] = (config.pool_config.default_pool_limit,
+                                config.run_queue_config.max_concurrent_runs)
+    assert pool == "duckdb"
+    assert limits["dagster-instance.yaml"][0] == 1  # the embedded file: one writer
+    pool_limit, max_runs = limits["dagster-instance-lake.yaml"]
+    assert pool_limit == max_runs > 1  # lake mode: the pool never holds back a run the coordinator starts
+
+
+# -- readers: search reads the lake ----------------------------------------------------------
+
+
+def test_search_reads_a_lake_as_it_reads_the_file(lake, tmp_path):
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "search"))
+    from fixture_store import DOCS, MODEL_ID, bag_of_words, put_document
+
+    from search.engine import SearchIndex
+
+    results = {}
+    for mode, store in (("duckdb", ChunkStore(tmp_path / "file.duckdb")),
+                        ("ducklake", ChunkStore(tmp_path / "unused.duckdb", lake=lake))):
+        for doc_id, text in list(DOCS.items())[:2]:
+            put_document(store, doc_id, text)
+        index = SearchIndex(store.path, MODEL_ID, embed=bag_of_words, lake=store.lake)
+        try:
+            query = next(iter(DOCS.values())).split(".")[0]
+            results[mode] = [(h.strategy, h.doc_id, h.chunk_index, round(h.score, 5))
+                             for m in ("vector", "keyword", "hybrid") for h in index.search(query, mode=m, k=3)]
+        finally:
+            index.close()
+    assert results["ducklake"] and results["ducklake"] == results["duckdb"]
