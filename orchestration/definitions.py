@@ -10,8 +10,10 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
+    ExecutorDefinition,
     define_asset_job,
     in_process_executor,
+    multiprocess_executor,
 )
 
 from assets.documents import parsed_documents, raw_documents
@@ -28,6 +30,35 @@ from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
 
 INGEST_JOB = "ingest_job"
+
+# Where the celery executor finds its broker and result backend: environment variables, read
+# by Dagster when a run starts (and by the workers, deploy/dagster_celery_config.py), so one
+# chunkyard.toml serves every machine and no password sits in a file.
+CELERY_BROKER_ENV = "CHUNKYARD_CELERY_BROKER"
+CELERY_BACKEND_ENV = "CHUNKYARD_CELERY_BACKEND"
+
+
+def select_executor(kind: str) -> ExecutorDefinition:
+    """The executor that ``settings.executor`` names.
+
+    ``in_process`` (default) runs every step in the run's own process; ``multiprocess`` one
+    subprocess per step on this machine; ``celery`` sends each step to Dagster's celery
+    workers (deploy/), which need the same code, settings, instance and store. Only the
+    executor changes: assets, jobs and partitions are the same in every mode.
+    """
+    if kind == "in_process":
+        return in_process_executor
+    if kind == "multiprocess":
+        return multiprocess_executor
+    if kind == "celery":
+        # Imported only when chosen: dagster-celery is the [cluster] extra.
+        from dagster_celery import celery_executor
+
+        return celery_executor.configured(
+            {"broker": {"env": CELERY_BROKER_ENV}, "backend": {"env": CELERY_BACKEND_ENV}},
+            name="celery",
+        )
+    raise ValueError(f"executor = {kind!r}: expected in_process, multiprocess or celery")
 
 
 @dataclass(frozen=True)
@@ -97,7 +128,7 @@ def build_project(settings: Settings) -> Project:
             "tokenizer": TokenizerResource(encoding=settings.tokenizer_encoding),
             "embedding": embedding,
         },
-        executor=in_process_executor,
+        executor=select_executor(settings.executor),
     )
     return Project(defs=defs, graph_order=graph_order, config_hashes=config_hashes)
 

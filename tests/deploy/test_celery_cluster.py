@@ -1,0 +1,128 @@
+"""deploy/ on this machine: PostgreSQL + a celery broker from packages, two celery workers.
+
+One purposeful, slow test (~3 min): ``chunkyard run`` over examples/docs with
+``executor = "celery"``, Dagster's instance in PostgreSQL (deploy/dagster.yaml) and the store
+a DuckLake (catalog in the same PostgreSQL, data files in a folder), exactly as
+deploy/README.md tells a user. It proves that
+
+* every step of every run executed on a celery worker, and steps ran on both workers
+  (the "Celery worker" of each step's engine event in the run's event log);
+* every document's chunks landed once per strategy in the one lake (no duplicate chunk, indexes 0..n-1 with
+  no gap, one embedding per chunk), and every run succeeded;
+* nothing the cluster started outlives it (worker processes, PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCS = REPO_ROOT / "examples" / "docs"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) is not running anything.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]], list]:
+    """(run id, step key) -> celery worker, the steps that succeeded, and every run."""
+    from dagster import DagsterEventType
+
+    workers: dict[tuple[str, str], str] = {}
+    succeeded: set[tuple[str, str]] = set()
+    runs = list(instance.get_runs())
+    for run in runs:
+        for record in instance.all_logs(run.run_id):
+            event = record.dagster_event
+            if event is None:
+                continue
+            if event.event_type == DagsterEventType.STEP_SUCCESS:
+                succeeded.add((run.run_id, event.step_key))
+            elif event.event_type == DagsterEventType.ENGINE_EVENT:
+                worker = event.engine_event_data.metadata.get("Celery worker")
+                if worker is not None:
+                    workers[(run.run_id, event.step_key)] = worker.value
+    return workers, succeeded, runs
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_ingest_runs_on_two_celery_workers(tmp_path, monkeypatch):
+    from deploy.local_cluster import LocalCluster
+
+    run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
+    cluster = LocalCluster(tmp_path / "cluster", workers=2, extra_env=run_env)
+    with cluster:
+        worker_names = cluster.wait_for_workers()
+        postgres_pid = cluster.server.get_pid()
+        worker_pids = [proc.pid for proc in cluster.worker_procs]
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(DOCS), "--progress", "none"],
+            cwd=REPO_ROOT, env=cluster.env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+        # The run history is in the cluster's PostgreSQL, read here as any machine would.
+        from dagster import DagsterInstance, DagsterRunStatus
+        from dagster._core.instance.ref import InstanceRef
+
+        for key in ("DAGSTER_HOME", "CHUNKYARD_DAGSTER_PG_URL", "CHUNKYARD_MAX_CONCURRENT_RUNS"):
+            monkeypatch.setenv(key, cluster.env[key])
+        instance = DagsterInstance.from_ref(InstanceRef.from_dir(cluster.env["DAGSTER_HOME"]))
+        try:
+            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            # The queue's limit comes from the environment (CHUNKYARD_MAX_CONCURRENT_RUNS).
+            assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
+            workers, succeeded, runs = _celery_steps(instance)
+        finally:
+            instance.dispose()
+
+        # Every document's chunks landed once in the lake, for every strategy, one embedding per chunk.
+        from resources.store import ChunkStore, LakeConfig, close_lakes
+
+        lake = LakeConfig(catalog=cluster.env["CHUNKYARD_STORE_CATALOG"],
+                          data_path=cluster.env["CHUNKYARD_STORE_DATA_PATH"])
+        try:
+            with ChunkStore(tmp_path / "reader.duckdb", lake=lake).connect(read_only=True) as con:
+                documents = {row[0] for row in con.sql(
+                    "SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
+                per_doc = con.sql("""
+                    SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
+                    FROM chunks GROUP BY ALL""").fetchall()
+                embedded = dict(((d, s), n) for d, s, n in con.sql(
+                    "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall())
+        finally:
+            close_lakes()  # before the cluster stops PostgreSQL
+
+    assert runs and all(run.status == DagsterRunStatus.SUCCESS for run in runs)
+    assert succeeded, "no step succeeded"
+    missing = succeeded - set(workers)
+    assert not missing, f"steps that did not run on a celery worker: {sorted(missing)[:5]}"
+    assert set(workers.values()) == set(worker_names), (
+        f"steps ran on {sorted(set(workers.values()))}, workers were {worker_names}")
+
+    from chunking.strategies import all_strategies
+
+    expected_docs = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
+    assert documents == expected_docs
+    strategies = {spec.name for spec in all_strategies()}
+    assert {(d, s) for d, s, *_ in per_doc} == {(d, s) for d in documents for s in strategies}
+    for doc_id, strategy, rows, distinct, first, last in per_doc:
+        assert rows == distinct == last + 1 and first == 0, (doc_id, strategy, rows, distinct, first, last)
+        assert embedded.get((doc_id, strategy)) == rows, (doc_id, strategy)
+
+    # Nothing started by the cluster is left running.
+    assert not [pid for pid in worker_pids + [postgres_pid] if _alive(pid)]
