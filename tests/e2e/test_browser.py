@@ -290,9 +290,9 @@ def open_lineage(driver, ui: UiServer, shots: Path) -> None:
     wait_for_text(driver, "Global asset lineage")
     wait_for_text(driver, "Materialize all")
     try:
-        # Asset nodes of three groups (a collapsed group shows only its name and asset count);
-        # the graph draws the nodes inside the window, which these are at this window size.
-        for asset in ("raw_documents", "parsed_documents", CHUNKS_ASSET):
+        # Asset nodes of every group (a collapsed group shows only its name and asset count);
+        # embeddings_recursive's label is cut short in its node ("embeddi…_recursive").
+        for asset in ("raw_documents", "parsed_documents", CHUNKS_ASSET, "strategy_stats", "retrieval_eval"):
             wait_for_text(driver, asset)
     finally:
         driver.save_screenshot(str(shots / "lineage.png"))
