@@ -16,7 +16,7 @@ least disturbed by other work, wall time the one a user waits for).
 Then, interleaved ``--repeat`` times so that every variant sees the same load:
 the default (``precision="auto"``, float32 on a CPU without native bfloat16),
 ``int8`` (dynamic per-channel quantization of the Linear layers) and, with
-``--full``, ``bfloat16`` (5-6x slower than float32 where the CPU emulates it);
+``--full``, ``bfloat16`` (7.2x the CPU time of float32 on this AVX2 CPU);
 min / median / max of wall and CPU seconds, and each variant's breakpoint
 agreement with the default (F1 of the breakpoint sets, exactly and within one
 sentence). ``--full`` also runs the reference once (re-embedded centred

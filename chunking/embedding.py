@@ -41,8 +41,8 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
 
 def auto_precision(flags: frozenset[str] | None = None) -> str:
     """``bfloat16`` where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX),
-    else ``float32``: emulated bfloat16 (AVX2, plain AVX-512) measured 5-6x slower
-    than float32 on the 50k-token semantic workload (bench/bench_semantic.py)."""
+    else ``float32``: emulated bfloat16 (AVX2 here) took 7.2x the CPU time of
+    float32 on the 50k-token semantic workload (bench/bench_semantic.py --full)."""
     flags = cpu_flags() if flags is None else flags
     return "bfloat16" if flags & BFLOAT16_CPU_FLAGS else "float32"
 

@@ -50,7 +50,7 @@ class EmbeddingModelResource(ConfigurableResource):
     precision: str = Field(
         default="auto",
         description="auto (bfloat16 on CPUs with AVX512-BF16 or AMX, else float32), float32, or bfloat16 "
-        "(about 2x faster than float32 with AMX, 5-6x slower without native bfloat16; cosine to float32 > 0.999).",
+        "(about 2x faster than float32 with AMX, ~7x slower without native bfloat16; cosine to float32 > 0.999).",
     )
 
     def get_embedder(self) -> SentenceTransformerEmbedder:
