@@ -108,8 +108,7 @@ def is_write_conflict(exc: BaseException) -> bool:
     DuckLake: 'Transaction conflict - attempting to ... but another transaction has ...'
     (its catalog retries the rest itself); DuckDB within one process: 'Conflict on ...'.
     """
-    message = str(exc).lower()
-    return isinstance(exc, duckdb.Error) and ("conflict" in message) and not isinstance(exc, duckdb.ConstraintException)
+    return isinstance(exc, duckdb.TransactionException) and "conflict" in str(exc).lower()
 
 
 @dataclass(frozen=True)
