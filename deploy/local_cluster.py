@@ -63,16 +63,16 @@ class LocalCluster:
         # "stop": the server stops when this process exits even if stop() is never reached.
         self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
         for database in ("dagster", "celery"):
-            exists = self.server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
-            if "(1 row)" not in exists:
-                self.server.psql(f"CREATE DATABASE {database};")
+            self.create_database(database)
 
     def create_database(self, database: str) -> None:
-        """A new, empty database on this cluster's PostgreSQL (e.g. one Dagster instance per bench case)."""
-        self.server.psql(f"CREATE DATABASE {database};")
+        """``database`` on this cluster's PostgreSQL, created unless it exists (a reused root keeps its data)."""
+        exists = self.server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
+        if "(1 row)" not in exists:
+            self.server.psql(f"CREATE DATABASE {database};")
 
     def lake_env(self, name: str) -> dict[str, str]:
-        """The [store] environment of a new, empty lake ``name``: catalog database + data folder."""
+        """The [store] environment of lake ``name`` (catalog database + data folder), created if new."""
         self.create_database(name)
         socket_dir = self.server.get_postmaster_info().socket_path.parent
         return {

@@ -15,8 +15,10 @@ deploy/README.md tells a user. It proves that
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,13 +61,23 @@ def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, 
     return workers, succeeded, runs
 
 
+@pytest.fixture
+def cluster_root():
+    # Not under pytest's temp root: run as root, pgserver runs PostgreSQL as its own user,
+    # and a pytest session starting meanwhile resets that root to 0700 (tests/store does the same).
+    root = Path(tempfile.mkdtemp(prefix="chunkyard-cluster-"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.mark.e2e
 @pytest.mark.model
-def test_ingest_runs_on_two_celery_workers(tmp_path, monkeypatch):
+def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
     from deploy.local_cluster import LocalCluster
 
     run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
-    cluster = LocalCluster(tmp_path / "cluster", workers=2, extra_env=run_env)
+    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env)
     with cluster:
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
