@@ -106,13 +106,4 @@ def record_stage_costs(chunk_store, run_id: str, ingest_id: str, costs: Iterable
     ]
     if not rows:
         return
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    with chunk_store.transaction() as con:
-        for _, run, doc_id, stage, strategy, *_ in rows:
-            con.execute("DELETE FROM stage_costs WHERE run_id = ? AND doc_id = ? AND stage = ? AND strategy = ?",
-                        [run, doc_id, stage, strategy])
-        con.executemany(
-            "INSERT INTO stage_costs (ingest_id, run_id, doc_id, stage, strategy, seconds, store_seconds, "
-            "model_seconds, new_embeddings, cache_hits, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [[*row, now] for row in rows],
-        )
+    chunk_store.record_stage_costs(rows, recorded_at=datetime.now(timezone.utc).replace(tzinfo=None))

@@ -147,14 +147,17 @@ def build_strategy_assets(
                 continue
             written = time.perf_counter()
             chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
+            # The vectors this strategy already computed for whole chunk texts go to the cache,
+            # so the embeddings step counts them as hits; the run report adds them up.
+            seeded = {}
             if reuse_vectors:
                 known = doc_embedder.vectors_for({c.text_sha256: c.text for c in chunks})
-                chunk_store.add_cached_embeddings(embedding.model_id, known)
+                seeded = {"vectors_from_chunking": chunk_store.add_cached_embeddings(embedding.model_id, known)}
             store_seconds = time.perf_counter() - written
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             cost = StageCost(doc_id, "chunk", strategy_name, time.perf_counter() - started, store_seconds)
             costs.append(cost)
-            metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata()}
+            metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata(), **seeded}
         record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))

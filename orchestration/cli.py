@@ -236,16 +236,14 @@ STATS_ASSET = "strategy_stats"
 
 
 def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> None:
-    """Materialize ``strategy_stats`` in one run of its own (its failure is a run error, exit code 2)."""
-    from dagster import AssetKey, materialize
+    """Materialize ``strategy_stats`` in one run of its own, on the configured executor
+    (its failure is a run error, exit code 2)."""
+    from dagster import execute_job, reconstructable
 
     from orchestration import definitions
 
-    defs = definitions.defs
-    key = AssetKey(STATS_ASSET)
-    assets = [a for a in defs.assets if key in getattr(a, "keys", ())]
-    result = materialize(assets, instance=instance, resources=defs.resources, selection=[key],
-                         tags=tags, run_config=QUIET, raise_on_error=False)
+    result = execute_job(reconstructable(definitions.stats_job), instance=instance, tags=tags,
+                         run_config=QUIET, raise_on_error=False)
     tally.add_run(result)
     if not result.success:
         tally.failed_batches += 1  # not a document's failure: exit code 2
@@ -296,7 +294,7 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
         print(f"  {strategy:<18} {n:>7} chunks  {summary['embeddings'].get(strategy, 0):>7} embeddings")
     print(f"runs: {tally.runs} ({tally.failed_runs} failed)")
     print(f"new embeddings: {tally.new_embeddings} (cache hits: {tally.cache_hits}; "
-          f"cache size: {summary['embedding_cache']})")
+          f"vectors from chunking: {tally.vectors_from_chunking}; cache size: {summary['embedding_cache']})")
     counts = tally.check_counts()
     if counts:
         print("checks (per document; warn = a WARN check that did not pass, failed = an ERROR check):")

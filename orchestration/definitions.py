@@ -30,6 +30,7 @@ from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
 
 INGEST_JOB = "ingest_job"
+STATS_JOB = "strategy_stats_job"
 
 # Where the celery executor finds its broker and result backend: environment variables, read
 # by Dagster when a run starts (and by the workers, deploy/dagster_celery_config.py), so one
@@ -107,9 +108,16 @@ def build_project(settings: Settings) -> Project:
         selection=AssetSelection.assets(*graph_order),
         description="Every document asset: read, parse, chunk with every strategy, embed.",
     )
+    # Its own job so `chunkyard run` refreshes the statistics on the configured executor
+    # (a celery worker in a cluster), like the document runs before it.
+    stats_job = define_asset_job(
+        STATS_JOB,
+        selection=AssetSelection.assets(stats_asset),
+        description="Per-strategy chunk statistics, from the store's current chunks.",
+    )
     defs = Definitions(
         assets=assets,
-        jobs=[ingest_job],
+        jobs=[ingest_job, stats_job],
         sensors=[
             documents_sensor,
             # Dagster's default automation sensor starts stopped; ours runs from the start.
@@ -144,3 +152,8 @@ defs = project.defs
 def ingest_job():
     """The resolved ingest job (module-level so ``reconstructable`` can find it)."""
     return defs.resolve_job_def(INGEST_JOB)
+
+
+def stats_job():
+    """The resolved statistics job (module-level so ``reconstructable`` can find it)."""
+    return defs.resolve_job_def(STATS_JOB)

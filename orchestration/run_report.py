@@ -62,6 +62,7 @@ class RunTally:
     failed_batches: int = 0  # runs that failed other than by one bad document (see exit codes)
     new_embeddings: int = 0
     cache_hits: int = 0
+    vectors_from_chunking: int = 0  # cached by a strategy that embeds while chunking (semantic)
     # (asset.check, document) -> passed / warn / failed; a later run's outcome replaces an earlier one.
     checks: dict[tuple[str, str], str] = field(default_factory=dict)
     # document -> its first failure seen in this CLI run (stage and cause).
@@ -84,7 +85,7 @@ class RunTally:
                 # Each partition's event carries that document's own counts (a text embedded
                 # once for a batch counts on its first document only), so they add up.
                 metadata = event.event_specific_data.materialization.metadata
-                for name in ("new_embeddings", "cache_hits"):
+                for name in ("new_embeddings", "cache_hits", "vectors_from_chunking"):
                     if name in metadata:
                         setattr(self, name, getattr(self, name) + int(metadata[name].value))
             elif kind == DagsterEventType.ASSET_CHECK_EVALUATION:

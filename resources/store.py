@@ -654,8 +654,23 @@ class ChunkStore:
         already stored as they are; returns how many were added."""
         if not vectors:
             return 0
-        with self.transaction() as con:
-            return _insert_missing_vectors(con, model_id, vectors)
+        return self.write_transaction(lambda con: _insert_missing_vectors(con, model_id, vectors))
+
+    def record_stage_costs(self, rows: Sequence[tuple[Any, ...]], *, recorded_at: Any) -> None:
+        """Append one step's ``stage_costs`` rows (ingest_id, run_id, doc_id, stage, strategy,
+        seconds, store_seconds, model_seconds, new_embeddings, cache_hits) in one transaction,
+        replacing the rows a retried step wrote before under the same key."""
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            for _, run_id, doc_id, stage, strategy, *_ in rows:
+                con.execute("DELETE FROM stage_costs WHERE run_id = ? AND doc_id = ? AND stage = ? AND strategy = ?",
+                            [run_id, doc_id, stage, strategy])
+            con.executemany(
+                "INSERT INTO stage_costs (ingest_id, run_id, doc_id, stage, strategy, seconds, store_seconds, "
+                "model_seconds, new_embeddings, cache_hits, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [[*row, recorded_at] for row in rows],
+            )
+
+        self.write_transaction(write)
 
     def replace_embeddings(
         self,
