@@ -58,7 +58,7 @@ ui-command:
 # and the semantic one (~50k tokens through the model), each printed as it finishes.
 # Its own venv, .venv-bench: the project (torch 2.13.0 CPU first, as above) plus the
 # peers of bench/requirements-peers.txt, which the project itself does not need.
-# ~11 minutes on this 2-core machine at load 15-20 once the venv exists (README, "make bench").
+# Timings: README, "Benchmarks" (the chunker table ~1 min quiet; the semantic one dominates).
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
@@ -74,11 +74,7 @@ $(BENCH_STAMP): pyproject.toml bench/requirements-peers.txt
 
 bench: $(BENCH_STAMP)
 	@echo "== bench/bench_strategies.py: chunkers and peers, x one encode"
-	@if $(BENCH_PY) bench/bench_strategies.py --help | grep -q -- --quick; then \
-		$(BENCH_PY) bench/bench_strategies.py --quick; \
-	else \
-		$(BENCH_PY) bench/bench_strategies.py --no-hostile --repeat 3; \
-	fi
+	$(BENCH_PY) bench/bench_strategies.py --repeat 9
 	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, float32 default vs int8"
 	$(BENCH_PY) bench/bench_semantic.py --repeat 3
 
