@@ -48,7 +48,11 @@ browser:
 # `dg dev` is what Dagster 1.13 recommends over the superseded `dagster dev` (same
 # webserver + daemon). tests/e2e/test_browser.py starts the UI with UI_COMMAND.
 UI_COMMAND = $(VENV)/bin/dg dev -h 127.0.0.1 -p $(PORT) -w workspace.yaml
+# The UI opens its lineage with every group collapsed (a per-browser setting, no server
+# default); this link opens them all (orchestration/cli.py lineage_url).
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+	@$(PY) -c "from orchestration.cli import lineage_url, asset_group_names; from orchestration.definitions import defs; \
+		print('chunkyard: the lineage, every group open:', lineage_url('http://127.0.0.1:$(PORT)', asset_group_names(defs)))"
 	CHUNKYARD_DOCS=$(DOCS) $(UI_COMMAND)
 
 ui-command:
