@@ -152,7 +152,9 @@ class LocalCluster:
             for index, proc in enumerate(self.worker_procs, start=1):
                 log = self.root / "worker_logs" / f"w{index}.log"
                 if proc.poll() is not None:
-                    raise RuntimeError(f"celery worker {index} exited with {proc.returncode}; see {log}")
+                    # The folder goes with the cluster: the cause travels in the message.
+                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+                    raise RuntimeError(f"celery worker {index} exited with {proc.returncode}; {log} ends:\n{tail}")
                 for line in log.read_text(errors="replace").splitlines():
                     if line.endswith(" ready.") and f"chunkyard-w{index}@" in line:
                         names.append(line.split()[-2])
