@@ -124,7 +124,12 @@ class LocalCluster:
         app.backend.ResultSession().close()  # celery's database backend creates its tables
 
     # -- workers ----------------------------------------------------------------------
-    def _start_workers(self) -> None:
+    def _start_workers(self, timeout_s: float = 180.0) -> None:
+        """Start the workers one after another, each once the one before is ready.
+
+        A worker's start-up still creates broker state lazily (kombu's SQLAlchemy queue
+        rows); two workers starting at once have been seen to race there and one exit.
+        """
         logs = self.root / "worker_logs"
         logs.mkdir(exist_ok=True)
         for index in range(1, self.workers + 1):
@@ -138,6 +143,28 @@ class LocalCluster:
                 cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True))
             log.close()
+            self._wait_ready(index, time.monotonic() + timeout_s)
+
+    def _ready_name(self, index: int) -> str | None:
+        """Worker ``index``'s name once it has logged "<name> ready."; raises if it died."""
+        log = self.root / "worker_logs" / f"w{index}.log"
+        proc = self.worker_procs[index - 1]
+        if proc.poll() is not None:
+            # The folder goes with the cluster: the cause travels in the message.
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+            raise RuntimeError(f"celery worker {index} exited with {proc.returncode}; {log} ends:\n{tail}")
+        for line in log.read_text(errors="replace").splitlines():
+            if line.endswith(" ready.") and f"chunkyard-w{index}@" in line:
+                return line.split()[-2]
+        return None
+
+    def _wait_ready(self, index: int, deadline: float) -> str:
+        while time.monotonic() < deadline:
+            name = self._ready_name(index)
+            if name is not None:
+                return name
+            time.sleep(0.5)
+        raise TimeoutError(f"celery worker {index} was not ready in time")
 
     def wait_for_workers(self, timeout_s: float = 180.0) -> list[str]:
         """Block until every worker has logged that it is ready; returns their names.
@@ -146,23 +173,7 @@ class LocalCluster:
         reach the workers; each worker's own "<name> ready." line is the signal.)
         """
         deadline = time.monotonic() + timeout_s
-        names: list[str] = []
-        while time.monotonic() < deadline:
-            names = []
-            for index, proc in enumerate(self.worker_procs, start=1):
-                log = self.root / "worker_logs" / f"w{index}.log"
-                if proc.poll() is not None:
-                    # The folder goes with the cluster: the cause travels in the message.
-                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-                    raise RuntimeError(f"celery worker {index} exited with {proc.returncode}; {log} ends:\n{tail}")
-                for line in log.read_text(errors="replace").splitlines():
-                    if line.endswith(" ready.") and f"chunkyard-w{index}@" in line:
-                        names.append(line.split()[-2])
-                        break
-            if len(names) == self.workers:
-                return names
-            time.sleep(0.5)
-        raise TimeoutError(f"{len(names)} of {self.workers} celery workers were ready within {timeout_s}s")
+        return [self._wait_ready(index, deadline) for index in range(1, len(self.worker_procs) + 1)]
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> "LocalCluster":
