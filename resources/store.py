@@ -76,6 +76,11 @@ CHUNK_EMBEDDING_COLUMNS = (
     ("text_sha256", "VARCHAR"),
 )
 VECTOR_COLUMNS = (("model_id", "VARCHAR"), ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"))
+STAGE_COST_COLUMNS = (
+    ("ingest_id", "VARCHAR"), ("run_id", "VARCHAR"), ("doc_id", "VARCHAR"), ("stage", "VARCHAR"),
+    ("strategy", "VARCHAR"), ("seconds", "DOUBLE"), ("store_seconds", "DOUBLE"), ("model_seconds", "DOUBLE"),
+    ("new_embeddings", "INTEGER"), ("cache_hits", "INTEGER"), ("recorded_at", "TIMESTAMP"),
+)
 
 # A write transaction that loses a commit conflict is re-run whole, this many times at
 # most, after a jittered pause growing from WRITE_RETRY_DELAY_S to WRITE_RETRY_MAX_DELAY_S.
@@ -664,11 +669,7 @@ class ChunkStore:
             for _, run_id, doc_id, stage, strategy, *_ in rows:
                 con.execute("DELETE FROM stage_costs WHERE run_id = ? AND doc_id = ? AND stage = ? AND strategy = ?",
                             [run_id, doc_id, stage, strategy])
-            con.executemany(
-                "INSERT INTO stage_costs (ingest_id, run_id, doc_id, stage, strategy, seconds, store_seconds, "
-                "model_seconds, new_embeddings, cache_hits, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[*row, recorded_at] for row in rows],
-            )
+            insert_rows(con, "stage_costs", STAGE_COST_COLUMNS, [(*row, recorded_at) for row in rows])
 
         self.write_transaction(write)
 
