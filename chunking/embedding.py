@@ -240,12 +240,11 @@ class SentenceTransformerEmbedder:
                 self._transformers["int8"] = _int8_linears(self._mean_pooled)
         return self._transformers[self.precision]
 
-    def _embed_sorted(self, texts: list[str]) -> np.ndarray:
-        import torch
-
-        transformer = self._transformer()
-        tokenizer = self._model.tokenizer
-        ids = tokenizer(
+    def _sorted_batches(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray, list[np.ndarray]]:
+        """Word-piece ids of each text (truncated as the model truncates), their
+        lengths, and the batches of the sorted path: runs of text indices sorted by
+        length, each within ``batch_size`` texts and ``batch_tokens`` padded tokens."""
+        ids = self._model.tokenizer(
             texts,
             truncation=True,
             max_length=self.max_seq_length,
@@ -254,7 +253,22 @@ class SentenceTransformerEmbedder:
         )["input_ids"]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")
-        pad = tokenizer.pad_token_id or 0
+        return ids, lengths, list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+
+    def batch_shapes(self, texts: Sequence[str]) -> list[tuple[int, int, int]]:
+        """``(texts, padded width, word pieces)`` of each batch the sorted path runs for
+        ``embed(texts)`` (distinct texts only): what the model's arithmetic scales with;
+        ``texts * width - word pieces`` is the padding it computes for nothing."""
+        distinct, _ = _distinct(texts)
+        _, lengths, batches = self._sorted_batches(distinct)
+        return [(len(rows), int(lengths[rows[-1]]), int(lengths[rows].sum())) for rows in batches]
+
+    def _embed_sorted(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        transformer = self._transformer()
+        ids, lengths, batches = self._sorted_batches(texts)
+        pad = self._model.tokenizer.pad_token_id or 0
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
 
         def embed_batch(rows: np.ndarray) -> None:
@@ -275,7 +289,6 @@ class SentenceTransformerEmbedder:
                     pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
                 out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
 
-        batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
         workers = min(self.workers or torch.get_num_threads(), len(batches))
         if workers <= 1 or self.device != "cpu":
             for rows in batches:
