@@ -26,14 +26,21 @@ the default with it. Last: the default cap (200 tokens) against the seed's
 breakpoints, with the count of chunks that are exactly one sentence (the
 embeddings step reuses their vectors instead of computing them again).
 
-Figures on this machine (AMD EPYC, 2 cores, AVX2 + FMA, no AVX-512, VNNI, BF16
-or AMX; the README's "Semantic speed" has the table): the default (float32)
-takes 19.5-21.9 s of CPU for the 50k tokens. The model reads 55,214 word pieces
-(the 1,684 distinct sentences), ~21 MFLOP each through six layers: ~1.2 TFLOP,
-i.e. ~58 GFLOP/s per core, well over half of AVX2's FMA peak. So ~10 s wall on
-two quiet cores is the float32 floor here, and 5 s is out of reach in float32;
-int8 takes 1.4x less CPU (13.7-14.4 s) with breakpoints at F1 0.95 of float32's.
-Wall time on the shared machine (load 12-17) was 5-6x the CPU time / 2.
+Then the floor: the word pieces the model reads (distinct sentences, with the
+padding of the embedder's own length-sorted batches, ``batch_shapes``), the
+FLOPs of its Linear layers and attention products for them, and this CPU's
+sustained GEMM rate on the model's own Linear layers (one torch thread, CPU
+seconds, float32 and the int8 copy); floor = FLOP / rate, and each variant's
+measured CPU median against it. Last, the CPU seconds of each step of one
+default run (sentences, token counts, word pieces, forward, windows, breakpoints,
+spans).
+
+Figures on this machine (AMD EPYC Zen 3, 2 cores, AVX2 + FMA, no AVX-512, VNNI,
+BF16 or AMX; the README's "Semantic speed" has the tables): 57,951 padded word
+pieces, 1.27 TFLOP; GEMM 86.6 GFLOP/s per core in float32, 142.3 in int8; floor
+14.6 CPU s (7.3 s wall on two free cores) in float32, 8.9 (4.5) in int8; runs at
+17.9 and 12.0 CPU s, 1.22x and 1.35x the floor; the model is 97% of a run's CPU.
+Wall time on the shared machine (load 10-13) was ~2.9x the CPU time.
 """
 
 from __future__ import annotations
