@@ -26,14 +26,21 @@ the default with it. Last: the default cap (200 tokens) against the seed's
 breakpoints, with the count of chunks that are exactly one sentence (the
 embeddings step reuses their vectors instead of computing them again).
 
-Figures on this machine (AMD EPYC, 2 cores, AVX2 + FMA, no AVX-512, VNNI, BF16
-or AMX; the README's "Semantic speed" has the table): the default (float32)
-takes 19.5-21.9 s of CPU for the 50k tokens. The model reads 55,214 word pieces
-(the 1,684 distinct sentences), ~21 MFLOP each through six layers: ~1.2 TFLOP,
-i.e. ~58 GFLOP/s per core, well over half of AVX2's FMA peak. So ~10 s wall on
-two quiet cores is the float32 floor here, and 5 s is out of reach in float32;
-int8 takes 1.4x less CPU (13.7-14.4 s) with breakpoints at F1 0.95 of float32's.
-Wall time on the shared machine (load 12-17) was 5-6x the CPU time / 2.
+Then the floor: the word pieces the model reads (distinct sentences, with the
+padding of the embedder's own length-sorted batches, ``batch_shapes``), the
+FLOPs of its Linear layers and attention products for them, and this CPU's
+sustained GEMM rate on the model's own Linear layers (one torch thread, CPU
+seconds, float32 and the int8 copy); floor = FLOP / rate, and each variant's
+measured CPU median against it. Last, the CPU seconds of each step of one
+default run (sentences, token counts, word pieces, forward, windows, breakpoints,
+spans).
+
+Figures on this machine (AMD EPYC Zen 3, 2 cores, AVX2 + FMA, no AVX-512, VNNI,
+BF16 or AMX; the README's "Semantic speed" has the tables): 57,951 padded word
+pieces, 1.27 TFLOP; GEMM 86.6 GFLOP/s per core in float32, 142.3 in int8; floor
+14.6 CPU s (7.3 s wall on two free cores) in float32, 8.9 (4.5) in int8; runs at
+17.9 and 12.0 CPU s, 1.22x and 1.35x the floor; the model is 97% of a run's CPU.
+Wall time on the shared machine (load 10-13) was ~2.9x the CPU time.
 """
 
 from __future__ import annotations
@@ -173,8 +180,122 @@ def replay_breaks(text, tokenizer, vectors, window_mode="combine", window_shape=
     return find_breakpoints(gap_distances(text, units, replay, buffer_size, window_mode, window_shape, sizes.tokens))
 
 
+def linear_layers(module) -> list:
+    """The Linear layers of one module (float ``nn.Linear`` or torch's dynamic int8 ``Linear``)."""
+    return [m for m in module.modules() if type(m).__name__ == "Linear"]
+
+
+def model_flops(transformer, shapes: list[tuple[int, int, int]]) -> tuple[float, float]:
+    """FLOPs (2 per multiply-add) of the encoder for batches of ``(texts, padded width, _)``:
+    its Linear layers on every padded token, and attention (``QK^T`` and ``AV``, each
+    ``width^2 x hidden`` multiply-adds per text and layer). Embeddings, layer norms,
+    GELU and softmax are left out: they are memory-bound and their cost is what a
+    measured run spends above this floor."""
+    layers = transformer.encoder.layer
+    per_token = sum(2 * lin.in_features * lin.out_features for layer in layers for lin in linear_layers(layer))
+    hidden = transformer.config.hidden_size
+    padded = sum(n * width for n, width, _ in shapes)
+    attention = sum(n * 2 * 2 * width * width * hidden for n, width, _ in shapes) * len(layers)
+    return float(per_token * padded), float(attention)
+
+
+def gemm_rate(layer, rows: int, min_cpu: float = 1.0) -> float:
+    """Sustained FLOP per CPU second of one torch thread running ``layer``'s Linear layers
+    (the model's own shapes, float32 or int8) on ``rows`` tokens. CPU time, not wall:
+    other tenants of a shared machine slow the wall clock, much less the thread's own work."""
+    import torch
+
+    linears = linear_layers(layer)
+    # A float Linear takes its weight's dtype (bfloat16 copy); the int8 one takes float32.
+    dtypes = [lin.weight.dtype if isinstance(getattr(lin, "weight", None), torch.Tensor) else torch.float32
+              for lin in linears]
+    inputs = [torch.randn(rows, lin.in_features, dtype=dtype) for lin, dtype in zip(linears, dtypes)]
+    flops = sum(2 * rows * lin.in_features * lin.out_features for lin in linears)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            for x, lin in zip(inputs, linears):  # warm up (packing, first-touch)
+                lin(x)
+            done, start = 0, time.process_time()
+            while time.process_time() - start < min_cpu:
+                for x, lin in zip(inputs, linears):
+                    lin(x)
+                done += 1
+            return flops * done / (time.process_time() - start)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def spread(values: list[float]) -> str:
     return f"{min(values):.2f} | {float(np.median(values)):.2f} | {max(values):.2f}"
+
+
+def print_floor(embedder, sentences, variants, cpus, walls) -> None:
+    """The model's arithmetic for this workload against this CPU's measured GEMM rate."""
+    shapes = embedder.batch_shapes(sentences)
+    real, padded = sum(s[2] for s in shapes), sum(s[0] * s[1] for s in shapes)
+    float_model = embedder._mean_pooled
+    linear, attention = model_flops(float_model, shapes)
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"\nfloor: the model reads {real} word pieces ({len(set(sentences))} distinct sentences; "
+        f"{padded} with padding in {len(shapes)} length-sorted batches, {padded / real - 1:.1%} padding); "
+        f"{linear / 1e12:.3f} TFLOP in Linear layers + {attention / 1e12:.3f} TFLOP attention; "
+        f"GEMM rate of one torch thread on the model's Linear shapes ({embedder.batch_tokens or 2048} rows), "
+        f"CPU seconds; floor = FLOP / rate (CPU s), / {cores} cores (wall s, a quiet machine); {load()}"
+    )
+    print("| variant | GFLOP/s per core (GEMM) | floor CPU s | floor wall s | run CPU median | run wall median "
+          "| CPU above floor |")
+    print("|---|---|---|---|---|---|---|")
+    rows = embedder.batch_tokens or 2048
+    saved = embedder.precision
+    for name, precision in variants.items():
+        embedder.precision = precision
+        layer = embedder._transformer().encoder.layer[0]
+        rate = gemm_rate(layer, rows)
+        floor = (linear + attention) / rate
+        cpu, wall = float(np.median(cpus[name])), float(np.median(walls[name]))
+        print(f"| {name} | {rate / 1e9:.1f} | {floor:.2f} | {floor / cores:.2f} | {cpu:.2f} | {wall:.2f} "
+              f"| {cpu / floor:.2f}x |")
+    embedder.precision = saved
+
+
+def print_phases(text, tokenizer, embedder) -> None:
+    """CPU seconds of each step of one default split_semantic, run step by step."""
+    from chunking.strategies.semantic import _GroupEmitter, _groups, fit_groups_to_cap
+
+    clock = time.process_time
+    phases: dict[str, float] = {}
+    t = clock()
+    units = sentence_units(text)
+    phases["sentences"] = clock() - t
+    t = clock()
+    sizes = UnitSizes.measure(text, units, tokenizer)
+    phases["cl100k token counts"] = clock() - t
+    sentences = [text[s:e] for s, e in units]
+    t = clock()
+    embedder._sorted_batches(list(dict.fromkeys(sentences)))
+    phases["word pieces (model tokenizer, distinct sentences)"] = clock() - t
+    t = clock()
+    vectors = embedder.embed(sentences)
+    phases["model forward + pooling"] = clock() - t - phases["word pieces (model tokenizer, distinct sentences)"]
+    t = clock()
+    distances = gap_distances(text, units, lambda _texts: vectors, 1, "combine", "gap", sizes.tokens)
+    phases["windows combined + distances"] = clock() - t
+    t = clock()
+    breaks = find_breakpoints(distances)
+    phases["threshold + breakpoints"] = clock() - t
+    t = clock()
+    groups = fit_groups_to_cap(_groups(len(units), breaks), sizes, DEFAULT_CHUNK_TOKEN_SIZE)
+    _GroupEmitter(text, units, sizes, tokenizer, DEFAULT_CHUNK_TOKEN_SIZE).emit_all(groups)
+    phases["groups + chunk spans"] = clock() - t
+    total = sum(phases.values())
+    print(f"\nwhere the CPU time goes (one default run, {embedder.precision}, step by step; {load()}):")
+    print("| step | CPU s | share |")
+    print("|---|---|---|")
+    for name, seconds in phases.items():
+        print(f"| {name} | {seconds:.3f} | {seconds / total:.1%} |")
 
 
 def main() -> None:
@@ -275,15 +396,8 @@ def main() -> None:
             f"{sum(sp.text in sentence_texts for sp in capped)} |"
         )
 
-    phases = {}
-    t = time.perf_counter()
-    units = sentence_units(text)
-    phases["sentences"] = time.perf_counter() - t
-    t = time.perf_counter()
-    UnitSizes.measure(text, units, tokenizer)
-    phases["token counts"] = time.perf_counter() - t
-    print("\nphases without the model (wall): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
-          + f"; the rest of a run is the model; {load()}")
+    print_floor(embedder, sentences, variants, cpus, walls)
+    print_phases(text, tokenizer, embedder)
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()

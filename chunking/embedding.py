@@ -125,6 +125,22 @@ class SentenceTransformerEmbedder:
     2048-token budget), autocast over the bfloat16 copy (no gain, same vectors),
     and truncating sentences to 128 word pieces (8% faster, 35 of 1889 vectors
     moved to cosine 0.58-0.99).
+
+    On the current AVX2 host (CPU seconds of one thread, the 1,684 distinct bench
+    sentences, interleaved runs at load 8-12): float32 runs at ~1.2x the floor of
+    its Linear layers' FLOPs over torch's measured GEMM rate (bench_semantic.py's
+    floor table); the rest is SDPA attention, GELU, layer norms and adds. Tried
+    and left out there: eager attention instead of SDPA (19.2 / 22.5 s against
+    17.7 / 19.6 s, same vectors), ONNX Runtime 1.32 float32 on a torch.onnx export
+    (17.7-18.7 s against 17.5-18.4 s, vectors within 3e-7), ONNX Runtime dynamic
+    int8 per channel on the MatMuls (10.8 s against torch int8's 11.5 s, one run;
+    closer to float32: median cosine 0.993 against 0.976, breakpoint F1 0.96
+    against 0.95): 6% for three new packages (onnxruntime, onnx, ml_dtypes) and
+    an export step, not taken; torch int8 packed for the ``onednn`` quantized
+    engine instead of ``x86`` (10.98 s against 11.5 s, F1 0.94 against 0.95, and
+    other vectors under the same ``:int8`` cache key), not taken. Tighter batches were not tried end to end: the
+    2048-token budget leaves 5.0% padding, a 1024 one 2.8%, i.e. 2% fewer FLOPs,
+    while torch's GEMM rate on 512 rows is ~5% below its rate on 2048.
     """
 
     PRECISIONS = ("auto", "float32", "bfloat16", "int8")
@@ -240,12 +256,11 @@ class SentenceTransformerEmbedder:
                 self._transformers["int8"] = _int8_linears(self._mean_pooled)
         return self._transformers[self.precision]
 
-    def _embed_sorted(self, texts: list[str]) -> np.ndarray:
-        import torch
-
-        transformer = self._transformer()
-        tokenizer = self._model.tokenizer
-        ids = tokenizer(
+    def _sorted_batches(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray, list[np.ndarray]]:
+        """Word-piece ids of each text (truncated as the model truncates), their
+        lengths, and the batches of the sorted path: runs of text indices sorted by
+        length, each within ``batch_size`` texts and ``batch_tokens`` padded tokens."""
+        ids = self._model.tokenizer(
             texts,
             truncation=True,
             max_length=self.max_seq_length,
@@ -254,7 +269,22 @@ class SentenceTransformerEmbedder:
         )["input_ids"]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")
-        pad = tokenizer.pad_token_id or 0
+        return ids, lengths, list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+
+    def batch_shapes(self, texts: Sequence[str]) -> list[tuple[int, int, int]]:
+        """``(texts, padded width, word pieces)`` of each batch the sorted path runs for
+        ``embed(texts)`` (distinct texts only): what the model's arithmetic scales with;
+        ``texts * width - word pieces`` is the padding it computes for nothing."""
+        distinct, _ = _distinct(texts)
+        _, lengths, batches = self._sorted_batches(distinct)
+        return [(len(rows), int(lengths[rows[-1]]), int(lengths[rows].sum())) for rows in batches]
+
+    def _embed_sorted(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        transformer = self._transformer()
+        ids, lengths, batches = self._sorted_batches(texts)
+        pad = self._model.tokenizer.pad_token_id or 0
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
 
         def embed_batch(rows: np.ndarray) -> None:
@@ -275,7 +305,6 @@ class SentenceTransformerEmbedder:
                     pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
                 out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
 
-        batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
         workers = min(self.workers or torch.get_num_threads(), len(batches))
         if workers <= 1 or self.device != "cpu":
             for rows in batches:

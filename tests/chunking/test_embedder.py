@@ -165,3 +165,24 @@ def test_int8_quantizes_the_linear_layers_and_stays_close_to_float32(embedder):
     assert not np.allclose(full, int8, atol=1e-4)
     assert cosine.min() > 0.85 and np.median(cosine) > 0.95
     assert np.allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.model
+def test_batch_shapes_are_the_batches_embed_runs(embedder):
+    """The bench's floor counts the model's arithmetic from these shapes: every distinct
+    text once, its word pieces as the model reads them (truncated at max_seq_length),
+    each batch as wide as its longest text and within both limits."""
+    texts = TEXTS + ["word " * 400]  # truncated by the model to max_seq_length
+    distinct = list(dict.fromkeys(texts))
+    pieces = [min(embedder.count_model_tokens(t), embedder.max_seq_length) for t in distinct]
+    shapes = embedder.batch_shapes(texts)
+    assert sum(n for n, _, _ in shapes) == len(distinct) == 8
+    assert sum(p for _, _, p in shapes) == sum(pieces)
+    assert max(width for _, width, _ in shapes) == embedder.max_seq_length
+    for n, width, real in shapes:
+        assert n <= embedder.batch_size
+        assert width + (n - 1) <= real <= n * width  # the longest is `width` long, every text at least 1
+        assert n == 1 or n * width <= embedder.batch_tokens
+    before = embedder.texts_embedded
+    embedder.embed(texts)
+    assert embedder.texts_embedded - before == sum(n for n, _, _ in shapes)
