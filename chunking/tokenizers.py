@@ -358,27 +358,28 @@ class _TiktokenSpanCounter:
         j = np.searchsorted(word_ends, ends_np, side="right") - 1
         usable = (i <= j) & (ends_np - starts_np > _SPAN_DIRECT_CHARS)
         i, j = np.where(usable, i, 0), np.where(usable, j, 0)
-        # Spans not answered from the index get empty heads and tails (counted below).
-        firsts = np.where(usable, word_ends[i], starts_np).tolist()
-        lasts = np.where(usable, word_ends[j], ends_np).tolist()
+        # A span not answered from the index is all head (its tail is empty): counted
+        # as a whole below, as ``self`` would, but looked up in bulk like the heads.
+        firsts = np.where(usable, word_ends[i], ends_np)
+        lasts = np.where(usable, word_ends[j], ends_np)
         middles = np.where(usable, self._tokens_before_np[j] - self._tokens_before_np[i], 0)
-        text, cache = self.text, self.cache
-        starts, ends = starts_np.tolist(), ends_np.tolist()
         # Heads (span start to its first word end) and tails (last word end to the
         # span end) are short and repeat ("The", ". "): looked up in C, in bulk;
-        # only misses (-1) and the spans not answered from the index are counted one by one.
-        heads = list(map(text.__getitem__, map(slice, starts, firsts)))
-        tails = list(map(text.__getitem__, map(slice, lasts, ends)))
-        missing = itertools.repeat(-1)
-        head_counts = np.fromiter(map(cache.get, heads, missing), dtype=np.int64, count=len(heads))
-        tail_counts = np.fromiter(map(cache.get, tails, missing), dtype=np.int64, count=len(tails))
-        for k in np.flatnonzero(head_counts < 0).tolist():
-            head_counts[k] = self.piece(heads[k])
-        for k in np.flatnonzero(tail_counts < 0).tolist():
-            tail_counts[k] = self.piece(tails[k])
-        counts = (middles + head_counts + tail_counts).tolist()
-        for k in np.flatnonzero(~usable).tolist():
-            counts[k] = self(starts[k], ends[k])
+        # only misses are counted one by one. Empty ones (a span starting or ending
+        # at a word end: most tails) are not even sliced.
+        return (middles + self._bulk_pieces(starts_np, firsts) + self._bulk_pieces(lasts, ends_np)).tolist()
+
+    def _bulk_pieces(self, starts, ends):
+        """numpy int64: ``piece(text[s:e])`` for each pair of numpy ``starts`` and ``ends``."""
+        import numpy as np
+
+        counts = np.zeros(len(starts), dtype=np.int64)
+        present = np.flatnonzero(ends > starts)
+        pieces = list(map(self.text.__getitem__, map(slice, starts[present].tolist(), ends[present].tolist())))
+        found = np.fromiter(map(self.cache.get, pieces, itertools.repeat(-1)), dtype=np.int64, count=len(pieces))
+        for k in np.flatnonzero(found < 0).tolist():
+            found[k] = self.piece(pieces[k])
+        counts[present] = found
         return counts
 
     def piece(self, text: str) -> int:
