@@ -204,6 +204,30 @@ class TiktokenTokenizer:
             self._token_byte_lengths = lengths
         return lengths
 
+    def token_char_starts(self):
+        """numpy int64: per ordinary token id, how many UTF-8 character starts its bytes hold (built once).
+
+        A token's bytes may begin or end inside a character; the bytes that are not
+        continuation bytes (``0b10xxxxxx``) are the characters that start in it.
+        """
+        starts = getattr(self, "_token_char_starts", None)
+        if starts is None:
+            import numpy as np
+
+            ranks = self._encoding._mergeable_ranks
+            joined = np.frombuffer(b"".join(ranks.keys()), dtype=np.uint8)
+            lengths = np.fromiter(map(len, ranks.keys()), dtype=np.int64, count=len(ranks))
+            is_start = ((joined & 0xC0) != 0x80).astype(np.int64)
+            # Per token: the starts among its bytes (cumulative sums at token bounds).
+            cumulative = np.concatenate(([0], np.cumsum(is_start)))
+            bounds = np.concatenate(([0], np.cumsum(lengths)))
+            starts = np.zeros(max(ranks.values()) + 1, dtype=np.int64)
+            starts[np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))] = (
+                cumulative[bounds[1:]] - cumulative[bounds[:-1]]
+            )
+            self._token_char_starts = starts
+        return starts
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._encoding.encode_ordinary_batch(texts)
 
@@ -235,22 +259,27 @@ class EncodedText:
 
     Invariants: ``token_ends[i]`` is the UTF-8 byte offset where token ``i`` ends
     (cumulative token byte lengths; the last equals ``len(text.encode())``);
+    ``token_char_ends[i]`` is the number of characters that start before that
+    offset (the character index there when it is a character boundary);
     ``char_at_byte(b)`` is the index of the character holding byte ``b`` when
     ``b`` is inside one, else of the character starting there. Built with numpy
-    in a few passes over the bytes: no Python work per token or per character.
+    in a few passes over the tokens: no Python work per token or per character.
     """
 
-    __slots__ = ("text", "data", "ids", "token_ends", "_continuations")
+    __slots__ = ("text", "data", "ids", "token_ends", "_char_start_table", "_token_char_ends", "_continuations")
 
-    def __init__(self, text: str, data: bytes, ids, token_ends, continuations) -> None:
+    def __init__(self, text: str, data: bytes, ids, token_ends, char_start_table=None) -> None:
         self.text = text
         self.data = data
         self.ids = ids  # numpy array of token ids
         self.token_ends = token_ends  # numpy int64, ascending
-        # None for ASCII text (a byte is a character); else the ascending byte
-        # offsets of the UTF-8 continuation bytes (a byte offset minus the
-        # continuation bytes before it is a character index).
-        self._continuations = continuations
+        # Per token id: how many characters start in its bytes (bytes that are not
+        # UTF-8 continuations); None for ASCII text, where a byte is a character.
+        self._char_start_table = char_start_table if len(data) != len(text) else None
+        self._token_char_ends = None  # built on first use
+        # Ascending byte offsets of the UTF-8 continuation bytes, for char_at_byte
+        # (built on first use; None for ASCII text).
+        self._continuations = None
 
     @classmethod
     def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "EncodedText | None":
@@ -260,28 +289,47 @@ class EncodedText:
         token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
         if (int(token_ends[-1]) if len(token_ends) else 0) != len(data):
             return None  # not the byte stream we indexed (never expected)
-        continuations = None
-        if len(data) != len(text):
-            continuations = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) == 0x80)
-        return cls(text, data, ids, token_ends, continuations)
+        table = tokenizer.token_char_starts() if len(data) != len(text) else None
+        return cls(text, data, ids, token_ends, table)
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def token_char_ends(self):
+        """numpy int64: characters starting before each token's end (== ``token_ends`` for ASCII text)."""
+        if self._token_char_ends is None:
+            import numpy as np
+
+            if self._char_start_table is None:
+                self._token_char_ends = self.token_ends
+            else:
+                # One gather and one sum over the tokens, instead of a binary search
+                # per offset over the continuation bytes.
+                self._token_char_ends = np.cumsum(self._char_start_table[self.ids])
+        return self._token_char_ends
+
+    def _continuation_offsets(self):
+        if self._continuations is None:
+            import numpy as np
+
+            self._continuations = np.flatnonzero((np.frombuffer(self.data, dtype=np.uint8) & 0xC0) == 0x80)
+        return self._continuations
+
     def char_at_byte(self, offset: int) -> int:
         """Index of the character that holds byte ``offset`` (``len(text)`` at the end)."""
-        if self._continuations is None:
+        if len(self.data) == len(self.text):
             return offset
-        chars_before = offset - int(self._continuations.searchsorted(offset))
+        chars_before = offset - int(self._continuation_offsets().searchsorted(offset))
         if offset < len(self.data) and (self.data[offset] & 0xC0) == 0x80:
             return chars_before - 1  # inside a character: the one that started before
         return chars_before
 
     def chars_at_bytes(self, offsets):
         """Character indexes of byte ``offsets`` that are character starts (numpy array in, out)."""
-        if self._continuations is None:
+        if len(self.data) == len(self.text):
             return offsets
-        return offsets - self._continuations.searchsorted(offsets)
+        return offsets - self._continuation_offsets().searchsorted(offsets)
 
 
 class _TiktokenSpanCounter:
@@ -332,7 +380,7 @@ class _TiktokenSpanCounter:
         if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
         tokens_before = at + 1
-        ends = encoded.chars_at_bytes(encoded.token_ends[at])
+        ends = encoded.token_char_ends[at]  # word ends are character boundaries
         return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
 
     def __call__(self, start: int, end: int) -> int:

@@ -101,3 +101,18 @@ def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
         assert char == len(text) or len(text[: char + 1].encode()) > byte
     assert cl100k.encode_text(text) is encoded, "the last text's encoding is kept for the next caller"
     assert cl100k.encode_text((text + " ")[:-1]) is not encoded, "an equal but new string is encoded again"
+
+
+@pytest.mark.parametrize("text", ["naïve café 😀 日本語 x\u0301 \U0001f9d1\u200d\U0001f4bb ", "plain ASCII, no other bytes. "])
+def test_token_char_ends_count_the_characters_starting_before_each_token_end(cl100k, text):
+    # Emoji are split across tokens: a token end can fall inside a character, and
+    # then it counts the character whose first byte lies before it.
+    text *= 60
+    encoded = cl100k.encode_text(text)
+    data = text.encode()
+    expected = [sum(1 for b in data[:end] if b & 0xC0 != 0x80) for end in encoded.token_ends.tolist()]
+    assert encoded.token_char_ends.tolist() == expected
+    assert any(data[end - 1] & 0xC0 == 0x80 and end < len(data) and data[end] & 0xC0 == 0x80
+               for end in encoded.token_ends.tolist()) or text.isascii(), "some token ends inside a character"
+    boundaries = [k for k, end in enumerate(encoded.token_ends.tolist()) if end == len(data) or data[end] & 0xC0 != 0x80]
+    assert encoded.chars_at_bytes(encoded.token_ends[boundaries]).tolist() == encoded.token_char_ends[boundaries].tolist()
