@@ -48,6 +48,8 @@ from chunking.tokenizers import Tokenizer, count_spans, span_counter
 CJK_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", "！", "？", "；", "，", " ", "")
 # LightRAG's (and LangChain's) default when ``separators=None``.
 PLAIN_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
+# Leading / trailing whitespace is looked for in this many characters first.
+_STRIP_PROBE_CHARS = 32
 
 
 class RecursiveConfig(TokenBudgetConfig):
@@ -202,12 +204,16 @@ class _RecursiveSplitter:
     def strip(self, start: int, end: int) -> tuple[int, int]:
         """[start, end) without leading and trailing whitespace (``str.isspace``, as ``str.strip`` uses)."""
         text = self.text
-        # Most spans start with a letter and end with one: no copy of the span then.
+        # Pieces start with their separator, so most spans have leading whitespace,
+        # but only a few characters of it: strip a short probe, not a copy of the span.
         if start < end and text[start].isspace():
-            piece = text[start:end]
-            start = end - len(piece.lstrip())
+            probe = text[start : min(end, start + _STRIP_PROBE_CHARS)]
+            rest = probe.lstrip()
+            start = start + len(probe) - len(rest) if rest else end - len(text[start:end].lstrip())
         if start < end and text[end - 1].isspace():
-            end = start + len(text[start:end].rstrip())
+            probe = text[max(start, end - _STRIP_PROBE_CHARS) : end]
+            rest = probe.rstrip()
+            end = end - len(probe) + len(rest) if rest else start + len(text[start:end].rstrip())
         return start, end
 
     def emit(self, start: int, end: int, tokens: int | None = None) -> Span | None:

@@ -350,3 +350,14 @@ def test_window_gives_back_pieces_when_its_text_counts_more_than_its_pieces():
     for a, b in zip(spans, spans[1:]):
         if b.start < a.end:
             assert len(tokenizer.encode(text[b.start : a.end])) <= 3
+
+
+@pytest.mark.parametrize("gap", [1, 31, 32, 33, 200])
+def test_chunks_are_stripped_across_whitespace_runs_of_any_length(gap):
+    # Leading and trailing whitespace is looked for in a short probe first; runs
+    # longer than the probe must be stripped all the same.
+    text = ("alpha" + " " * gap + "\n" + "\t" * gap + "beta\n\n" + " " * gap) * 8
+    for cap in (3, 7, 40):
+        spans = split_recursive(text, CHAR, cap, 0)
+        assert_invariants(text, spans, CHAR, cap)
+    assert [s.text for s in split_recursive(text, CHAR, 6, 0)][:2] == ["alpha", "beta"]
