@@ -449,6 +449,8 @@ def _word_end_tokens(data: bytes, token_ends):
     is followed by one it calls a non-letter, or by the end of the text. Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
+    Where both bytes are ASCII one table look-up of the pair decides; only token
+    ends next to a non-ASCII byte look at whole 3-byte characters.
     """
     import numpy as np
 
@@ -460,21 +462,33 @@ def _word_end_tokens(data: bytes, token_ends):
         return np.zeros(0, dtype=np.int64)
     ends = np.asarray(token_ends, dtype=np.int64)
     last = raw[ends - 1]  # the byte before each token end
-    letter_before = byte_letter[last]
-    # A 3-byte character ending there: its lead byte is three bytes back.
-    back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
-    if len(back3):
-        leads = ends[back3] - 3
-        is_lead = (raw[leads] & 0xF0) == 0xE0
-        back3, leads = back3[is_lead], leads[is_lead]
-        letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
-    inside = ends < size
-    following = raw[np.where(inside, ends, 0)]  # the byte after each token end
-    non_letter_after = np.where(inside, byte_non_letter[following], True)  # the end of the text counts
-    ahead3 = np.flatnonzero(inside & (ends <= size - 3) & ((following & 0xF0) == 0xE0))
-    if len(ahead3):
-        non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
-    return np.flatnonzero(letter_before & non_letter_after)
+    # The byte after each token end; the end of the text counts as a non-letter (a space).
+    following = np.frombuffer(data + b" ", dtype=np.uint8)[ends]
+    word_end = _ascii_pair_word_end_table()[(last.astype(np.uint16) << 8) | following]
+    mixed = np.flatnonzero((last | following) >= 0x80)
+    if len(mixed):
+        ends, last, following = ends[mixed], last[mixed], following[mixed]
+        letter_before = byte_letter[last]
+        # A 3-byte character ending there: its lead byte is three bytes back.
+        back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
+        if len(back3):
+            leads = ends[back3] - 3
+            is_lead = (raw[leads] & 0xF0) == 0xE0
+            back3, leads = back3[is_lead], leads[is_lead]
+            letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
+        non_letter_after = byte_non_letter[following]
+        ahead3 = np.flatnonzero((ends <= size - 3) & ((following & 0xF0) == 0xE0))
+        if len(ahead3):
+            non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
+        word_end[mixed] = letter_before & non_letter_after
+    return np.flatnonzero(word_end)
+
+
+@functools.cache
+def _ascii_pair_word_end_table():
+    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter."""
+    byte_letter, byte_non_letter = _byte_word_end_tables()
+    return (byte_letter[:, None] & byte_non_letter[None, :]).reshape(-1)
 
 
 def _three_byte_code_points(raw, leads):

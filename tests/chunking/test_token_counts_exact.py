@@ -116,3 +116,29 @@ def test_token_char_ends_count_the_characters_starting_before_each_token_end(cl1
                for end in encoded.token_ends.tolist()) or text.isascii(), "some token ends inside a character"
     boundaries = [k for k, end in enumerate(encoded.token_ends.tolist()) if end == len(data) or data[end] & 0xC0 != 0x80]
     assert encoded.chars_at_bytes(encoded.token_ends[boundaries]).tolist() == encoded.token_char_ends[boundaries].tolist()
+
+
+def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
+    # The bytes around each token end decide (a pair table for ASCII, whole 3-byte
+    # characters next to non-ASCII bytes); here each is decoded and looked up instead.
+    from chunking.tokenizers import _word_end_tables, _word_end_tokens
+
+    letter, non_letter = _word_end_tables()
+    rng = random.Random(11)
+    parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文", "，", "「引用」", "\n", "！", "x", "1", " word", "é", "😀",
+             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~"]
+    text = "".join(rng.choice(parts) for _ in range(4000))
+    data = text.encode()
+    encoded = cl100k.encode_text(text)
+    char_at = {}  # byte offset of each character start (and of the end) -> character index
+    offset = 0
+    for index, char in enumerate(text):
+        char_at[offset] = index
+        offset += len(char.encode())
+    char_at[offset] = len(text)
+    expected = []
+    for k, end in enumerate(encoded.token_ends.tolist()):
+        index = char_at.get(end)  # a token end inside a character is no word end
+        if index and letter[ord(text[index - 1])] and (index == len(text) or non_letter[ord(text[index])]):
+            expected.append(k)
+    assert _word_end_tokens(data, encoded.token_ends).tolist() == expected
