@@ -353,18 +353,18 @@ class _TiktokenSpanCounter:
     engine's may differ on newer characters): see :func:`_word_end_tables`.
     """
 
-    __slots__ = ("text", "count_text", "word_ends", "tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
+    __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
 
     def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int]):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
         whole text starting before each word end): numpy int64 arrays."""
         self.text = text
         self.count_text = count_text
-        # array('q') copies for bisect (per call, as fast as a list without boxing a
-        # Python int per word end up front), numpy ones for many spans at once.
+        # numpy arrays for many spans at once; array('q') copies for bisect, made on
+        # the first single-span call (as fast as a list per call, without boxing a
+        # Python int per word end up front; a caller counting in bulk never needs them).
         self._word_ends_np, self._tokens_before_np = word_ends, tokens_before
-        self.word_ends = array("q", word_ends.tobytes())
-        self.tokens_before = array("q", tokens_before.tobytes())
+        self._word_ends = self._tokens_before = None
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
 
     @classmethod
@@ -383,15 +383,24 @@ class _TiktokenSpanCounter:
         ends = encoded.token_char_ends[at]  # word ends are character boundaries
         return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
 
+    @property
+    def word_ends(self) -> array:
+        """Character positions of the word ends used, ascending (``array('q')``)."""
+        if self._word_ends is None:
+            self._word_ends = array("q", self._word_ends_np.tobytes())
+            self._tokens_before = array("q", self._tokens_before_np.tobytes())
+        return self._word_ends
+
     def __call__(self, start: int, end: int) -> int:
         if end - start <= _SPAN_DIRECT_CHARS:
             return self.piece(self.text[start:end])
-        i = bisect_left(self.word_ends, start)
-        j = bisect_right(self.word_ends, end) - 1
+        word_ends = self._word_ends if self._word_ends is not None else self.word_ends
+        i = bisect_left(word_ends, start)
+        j = bisect_right(word_ends, end) - 1
         if i > j:  # no word end inside: nothing to reuse (a rule of "~~~~", a CJK run)
             return self.piece(self.text[start:end])
-        first, last = self.word_ends[i], self.word_ends[j]
-        middle = self.tokens_before[j] - self.tokens_before[i]
+        first, last = word_ends[i], word_ends[j]
+        middle = self._tokens_before[j] - self._tokens_before[i]
         return self.piece(self.text[start:first]) + middle + self.piece(self.text[last:end])
 
     def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
