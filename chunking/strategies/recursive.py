@@ -133,8 +133,8 @@ class _RecursiveSplitter:
                     node.items.append(self.split_by_token_window(node.start, node.end))
                 else:
                     cut.append((node, self.cuts_at(node.start, node.end, separator), finer))
-            starts = [c for _, cuts, _ in cut for c in cuts[:-1]]
-            ends = [c for _, cuts, _ in cut for c in cuts[1:]]
+            starts = list(itertools.chain.from_iterable(cuts[:-1] for _, cuts, _ in cut))
+            ends = list(itertools.chain.from_iterable(cuts[1:] for _, cuts, _ in cut))
             counts = count_spans(self.count, starts, ends)
             oversized = self.oversized(starts, ends, counts)
             level = []
