@@ -27,7 +27,10 @@ Where we differ from the reference, on purpose:
 Counting: every count is of a span of the input, so the input is tokenized once
 and pieces, windows and overlaps are counted from that encoding
 (``chunking.tokenizers.span_counter``; exact, and with a tokenizer that offers no
-such index each span is encoded on its own).
+such index each span is encoded on its own). The cascade is planned one depth at
+a time, so all pieces of a depth are counted in one batch and all windows in one
+more (``count_spans``): the Python work is per span of a depth and per chunk,
+not one counting call per piece.
 """
 
 from __future__ import annotations
@@ -99,8 +102,8 @@ def split_recursive(
 class _RecursiveSplitter:
     """The cascade, planned level by level so that counting is done in bulk.
 
-    Output is what the depth-first definition gives (see :meth:`split`): a span
-    is cut at its strongest separator; runs of pieces within the cap are packed
+    Output is what the depth-first definition gives: a span is cut before every
+    occurrence of the first separator it contains; runs of pieces within the cap are packed
     greedily (:meth:`windows`); a piece over the cap is split again with the
     finer separators, or cut into token windows when none is left. Planning
     handles every span of one depth together, so the pieces of all of them are
@@ -118,6 +121,7 @@ class _RecursiveSplitter:
         self.count = span_counter(tokenizer, text)
 
     def split(self, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
+        """The chunks of [start, end) in text order: whitespace-stripped, each within the cap."""
         root = _Level(start, end, separators)
         self.plan(root)
         return self.emit_all(root)
