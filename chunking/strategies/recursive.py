@@ -35,7 +35,10 @@ not one counting call per piece.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
+import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Sequence
@@ -192,18 +195,10 @@ class _RecursiveSplitter:
         # A separator at ``start`` itself is not a cut, so the search starts at
         # start + 1 then (a run like "\n\n\n" is cut at its second character,
         # which str.split on the whole span would not do). Leftmost non-overlapping
-        # occurrences, as str.split finds them: the separator positions follow from
-        # the part lengths, without a Python loop per occurrence.
+        # occurrences, as str.split finds them, found in place by the regex engine's
+        # literal search: no copy of the span, no string per piece.
         offset = start + 1 if self.text.startswith(separator, start) else start
-        parts = self.text[offset:end].split(separator)
-        if len(parts) == 1:
-            return [start, end]
-        step = len(separator)
-        positions = itertools.accumulate(map(step.__add__, map(len, parts[:-1])), initial=offset - step)
-        cuts = list(positions)
-        cuts[0] = start
-        cuts.append(end)
-        return cuts
+        return [start, *map(_MATCH_START, _literal(separator).finditer(self.text, offset, end)), end]
 
     def strip(self, start: int, end: int) -> tuple[int, int]:
         """[start, end) without leading and trailing whitespace (``str.isspace``, as ``str.strip`` uses)."""
@@ -370,6 +365,15 @@ class _RecursiveSplitter:
             else:
                 lo = mid
         return hi
+
+
+_MATCH_START = operator.methodcaller("start")
+
+
+@functools.lru_cache(maxsize=64)
+def _literal(separator: str) -> re.Pattern[str]:
+    """``separator`` as a compiled literal pattern (finditer: leftmost, non-overlapping, like str.split)."""
+    return re.compile(re.escape(separator))
 
 
 class _Run:

@@ -361,3 +361,32 @@ def test_chunks_are_stripped_across_whitespace_runs_of_any_length(gap):
         spans = split_recursive(text, CHAR, cap, 0)
         assert_invariants(text, spans, CHAR, cap)
     assert [s.text for s in split_recursive(text, CHAR, 6, 0)][:2] == ["alpha", "beta"]
+
+
+def _cuts_by_str_split(text, start, end, separator):
+    """Reference: piece bounds from str.split (the search skips a separator at ``start``)."""
+    offset = start + 1 if text.startswith(separator, start) else start
+    cuts, at = [start], offset
+    for part in text[offset:end].split(separator)[:-1]:
+        at += len(part)
+        cuts.append(at)
+        at += len(separator)
+    return cuts + [end]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["a", "\n", "\n\n", " ", "。", ".", "*", "\\", "(", "中"]), max_size=60).map("".join),
+    separator=st.sampled_from(["\n\n", "\n", " ", "。", ".", "*", "\\", "\n\n\n", "a a", "(."]),
+    bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+)
+def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds):
+    # Separators are literals (regex metacharacters included); runs like "\n\n\n"
+    # are cut leftmost, non-overlapping, after a separator at the span start.
+    from chunking.strategies.recursive import _RecursiveSplitter
+
+    start, end = sorted(min(b, len(text)) for b in bounds)
+    splitter = _RecursiveSplitter(text, CHAR, 10, 0)
+    cuts = splitter.cuts_at(start, end, separator)
+    assert cuts == _cuts_by_str_split(text, start, end, separator)
+    assert all(a < b for a, b in zip(cuts, cuts[1:])) or start == end
