@@ -381,7 +381,10 @@ class _TiktokenSpanCounter:
             return None
         tokens_before = at + 1
         ends = encoded.token_char_ends[at]  # word ends are character boundaries
-        return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
+        return cls(
+            text, tokenizer.count, ends.astype(np.int64, copy=False), tokens_before.astype(np.int64, copy=False),
+            tokenizer.small_counts(),
+        )
 
     @property
     def word_ends(self) -> array:
