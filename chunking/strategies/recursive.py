@@ -41,7 +41,7 @@ import operator
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pydantic import Field
 
@@ -233,7 +233,7 @@ class _RecursiveSplitter:
         """
         items = list(_in_text_order(root))
         queried: list[tuple[int, int, int]] = []
-        packed: list[list[tuple[int, int]] | None] = []
+        packed: list[list[tuple[int, int]]] = []
         for item in items:
             if isinstance(item, _Run):
                 first = len(queried)
@@ -267,7 +267,7 @@ class _RecursiveSplitter:
             out.extend(Span(s, e, text[s:e], count(s, e)) for s, e in windows)
         return out
 
-    def windows(self, run: "_Run", fits) -> list[tuple[int, int]]:
+    def windows(self, run: "_Run", fits: Callable[[int, int, int], bool]) -> list[tuple[int, int]]:
         """Greedy packing of a run of consecutive pieces, each already within the cap: stripped spans.
 
         The sum of piece counts decides where a window ends (a binary search over
