@@ -248,12 +248,64 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def stages(text: str, tokenizer, repeat: int) -> str:
+    """Where ``recursive``'s time goes, as CPU time over one encode's (medians over ``repeat`` rounds).
+
+    Each round, on a fresh copy of the text (no encoding reused), times each stage
+    on its own: one ``encode_ordinary`` (the reference); ``encode_text`` (the encode
+    to numpy and the token offsets); the span counter's word-end index on that
+    encoding; cutting, counting and packing (``_RecursiveSplitter.split``, its
+    counter built beforehand); ``Chunk`` objects and ``attach_provenance``.
+    """
+    from chunking.model import attach_provenance
+    from chunking.strategies.recursive import CJK_SEPARATORS, _RecursiveSplitter
+    from chunking.tokenizers import _TiktokenSpanCounter
+
+    names = [
+        "one encode_ordinary (the reference)",
+        "encode to numpy and token offsets (EncodedText)",
+        "word-end index of the span counter",
+        "cutting, counting pieces, packing, spans",
+        "Chunk objects and provenance",
+    ]
+    ratios: list[list[float]] = [[] for _ in names]
+    for _ in range(repeat + 1):  # the first round warms tables and caches (not counted)
+        copy = fresh_copy(text)
+        seconds = [_cpu(tokenizer._encoding.encode_ordinary, copy)[0]]
+        copy = fresh_copy(text)
+        elapsed, encoded = _cpu(tokenizer.encode_text, copy)
+        seconds.append(elapsed)
+        seconds.append(_cpu(_TiktokenSpanCounter.build, tokenizer, encoded)[0])
+        splitter = _RecursiveSplitter(copy, tokenizer, CHUNK_TOKENS, 0)  # its counter reuses ``encoded``
+        elapsed, spans = _cpu(splitter.split, 0, len(copy), CJK_SEPARATORS)
+        seconds.append(elapsed)
+        doc = ParsedDocument.from_text(copy)
+        seconds.append(_cpu(lambda: attach_provenance(doc, [s.to_chunk() for s in spans]))[0])
+        if _ == 0:
+            continue
+        for k, value in enumerate(seconds):
+            ratios[k].append(value / seconds[0])
+    lines = ["| stage of `recursive` | x encode (CPU), median |", "|---|---|"]
+    lines += [f"| {name} | {statistics.median(values):.3f} |" for name, values in zip(names, ratios)]
+    totals = [sum(r[k] for r in ratios[1:]) for k in range(repeat)]
+    lines.append(f"| the strategy (sum of the stages after the reference) | {statistics.median(totals):.3f} |")
+    return "\n".join(lines)
+
+
+def _cpu(function, *args):
+    """(CPU seconds of ``function(*args)``, its result)."""
+    c0 = time.process_time()
+    result = function(*args)
+    return time.process_time() - c0, result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--quick", action="store_true", help="small workload, 3 repetitions (< 1 min)")
     parser.add_argument("--repeat", type=int, help="interleaved repetitions (default 5, quick 3)")
     parser.add_argument("--only", help="comma-separated substrings: run only the chunkers whose name has one")
+    parser.add_argument("--stages", action="store_true", help="also print where recursive's time goes, per stage")
     args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}; nothing to benchmark")
@@ -289,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
           f"before it in the same repetition; ** = chunkyard above the {TARGET_RATIO:g}x target.")
     if absent:
         print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
+    if args.stages:
+        print(f"\n{stages(text, tokenizer, repeat)}\n\nload average after the stages: {load_average()}")
 
 
 if __name__ == "__main__":

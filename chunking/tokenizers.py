@@ -204,6 +204,30 @@ class TiktokenTokenizer:
             self._token_byte_lengths = lengths
         return lengths
 
+    def token_char_starts(self):
+        """numpy int64: per ordinary token id, how many UTF-8 character starts its bytes hold (built once).
+
+        A token's bytes may begin or end inside a character; the bytes that are not
+        continuation bytes (``0b10xxxxxx``) are the characters that start in it.
+        """
+        starts = getattr(self, "_token_char_starts", None)
+        if starts is None:
+            import numpy as np
+
+            ranks = self._encoding._mergeable_ranks
+            joined = np.frombuffer(b"".join(ranks.keys()), dtype=np.uint8)
+            lengths = np.fromiter(map(len, ranks.keys()), dtype=np.int64, count=len(ranks))
+            is_start = ((joined & 0xC0) != 0x80).astype(np.int64)
+            # Per token: the starts among its bytes (cumulative sums at token bounds).
+            cumulative = np.concatenate(([0], np.cumsum(is_start)))
+            bounds = np.concatenate(([0], np.cumsum(lengths)))
+            starts = np.zeros(max(ranks.values()) + 1, dtype=np.int64)
+            starts[np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))] = (
+                cumulative[bounds[1:]] - cumulative[bounds[:-1]]
+            )
+            self._token_char_starts = starts
+        return starts
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._encoding.encode_ordinary_batch(texts)
 
@@ -235,22 +259,27 @@ class EncodedText:
 
     Invariants: ``token_ends[i]`` is the UTF-8 byte offset where token ``i`` ends
     (cumulative token byte lengths; the last equals ``len(text.encode())``);
+    ``token_char_ends[i]`` is the number of characters that start before that
+    offset (the character index there when it is a character boundary);
     ``char_at_byte(b)`` is the index of the character holding byte ``b`` when
     ``b`` is inside one, else of the character starting there. Built with numpy
-    in a few passes over the bytes: no Python work per token or per character.
+    in a few passes over the tokens: no Python work per token or per character.
     """
 
-    __slots__ = ("text", "data", "ids", "token_ends", "_continuations")
+    __slots__ = ("text", "data", "ids", "token_ends", "_char_start_table", "_token_char_ends", "_continuations")
 
-    def __init__(self, text: str, data: bytes, ids, token_ends, continuations) -> None:
+    def __init__(self, text: str, data: bytes, ids, token_ends, char_start_table=None) -> None:
         self.text = text
         self.data = data
         self.ids = ids  # numpy array of token ids
         self.token_ends = token_ends  # numpy int64, ascending
-        # None for ASCII text (a byte is a character); else the ascending byte
-        # offsets of the UTF-8 continuation bytes (a byte offset minus the
-        # continuation bytes before it is a character index).
-        self._continuations = continuations
+        # Per token id: how many characters start in its bytes (bytes that are not
+        # UTF-8 continuations); None for ASCII text, where a byte is a character.
+        self._char_start_table = char_start_table if len(data) != len(text) else None
+        self._token_char_ends = None  # built on first use
+        # Ascending byte offsets of the UTF-8 continuation bytes, for char_at_byte
+        # (built on first use; None for ASCII text).
+        self._continuations = None
 
     @classmethod
     def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "EncodedText | None":
@@ -260,28 +289,47 @@ class EncodedText:
         token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
         if (int(token_ends[-1]) if len(token_ends) else 0) != len(data):
             return None  # not the byte stream we indexed (never expected)
-        continuations = None
-        if len(data) != len(text):
-            continuations = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) == 0x80)
-        return cls(text, data, ids, token_ends, continuations)
+        table = tokenizer.token_char_starts() if len(data) != len(text) else None
+        return cls(text, data, ids, token_ends, table)
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def token_char_ends(self):
+        """numpy int64: characters starting before each token's end (== ``token_ends`` for ASCII text)."""
+        if self._token_char_ends is None:
+            import numpy as np
+
+            if self._char_start_table is None:
+                self._token_char_ends = self.token_ends
+            else:
+                # One gather and one sum over the tokens, instead of a binary search
+                # per offset over the continuation bytes.
+                self._token_char_ends = np.cumsum(self._char_start_table[self.ids])
+        return self._token_char_ends
+
+    def _continuation_offsets(self):
+        if self._continuations is None:
+            import numpy as np
+
+            self._continuations = np.flatnonzero((np.frombuffer(self.data, dtype=np.uint8) & 0xC0) == 0x80)
+        return self._continuations
+
     def char_at_byte(self, offset: int) -> int:
         """Index of the character that holds byte ``offset`` (``len(text)`` at the end)."""
-        if self._continuations is None:
+        if len(self.data) == len(self.text):
             return offset
-        chars_before = offset - int(self._continuations.searchsorted(offset))
+        chars_before = offset - int(self._continuation_offsets().searchsorted(offset))
         if offset < len(self.data) and (self.data[offset] & 0xC0) == 0x80:
             return chars_before - 1  # inside a character: the one that started before
         return chars_before
 
     def chars_at_bytes(self, offsets):
         """Character indexes of byte ``offsets`` that are character starts (numpy array in, out)."""
-        if self._continuations is None:
+        if len(self.data) == len(self.text):
             return offsets
-        return offsets - self._continuations.searchsorted(offsets)
+        return offsets - self._continuation_offsets().searchsorted(offsets)
 
 
 class _TiktokenSpanCounter:
@@ -305,18 +353,18 @@ class _TiktokenSpanCounter:
     engine's may differ on newer characters): see :func:`_word_end_tables`.
     """
 
-    __slots__ = ("text", "count_text", "word_ends", "tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
+    __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
 
     def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int]):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
         whole text starting before each word end): numpy int64 arrays."""
         self.text = text
         self.count_text = count_text
-        # array('q') copies for bisect (per call, as fast as a list without boxing a
-        # Python int per word end up front), numpy ones for many spans at once.
+        # numpy arrays for many spans at once; array('q') copies for bisect, made on
+        # the first single-span call (as fast as a list per call, without boxing a
+        # Python int per word end up front; a caller counting in bulk never needs them).
         self._word_ends_np, self._tokens_before_np = word_ends, tokens_before
-        self.word_ends = array("q", word_ends.tobytes())
-        self.tokens_before = array("q", tokens_before.tobytes())
+        self._word_ends = self._tokens_before = None
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
 
     @classmethod
@@ -332,18 +380,30 @@ class _TiktokenSpanCounter:
         if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
         tokens_before = at + 1
-        ends = encoded.chars_at_bytes(encoded.token_ends[at])
-        return cls(text, tokenizer.count, ends.astype(np.int64), tokens_before.astype(np.int64), tokenizer.small_counts())
+        ends = encoded.token_char_ends[at]  # word ends are character boundaries
+        return cls(
+            text, tokenizer.count, ends.astype(np.int64, copy=False), tokens_before.astype(np.int64, copy=False),
+            tokenizer.small_counts(),
+        )
+
+    @property
+    def word_ends(self) -> array:
+        """Character positions of the word ends used, ascending (``array('q')``)."""
+        if self._word_ends is None:
+            self._word_ends = array("q", self._word_ends_np.tobytes())
+            self._tokens_before = array("q", self._tokens_before_np.tobytes())
+        return self._word_ends
 
     def __call__(self, start: int, end: int) -> int:
         if end - start <= _SPAN_DIRECT_CHARS:
             return self.piece(self.text[start:end])
-        i = bisect_left(self.word_ends, start)
-        j = bisect_right(self.word_ends, end) - 1
+        word_ends = self._word_ends if self._word_ends is not None else self.word_ends
+        i = bisect_left(word_ends, start)
+        j = bisect_right(word_ends, end) - 1
         if i > j:  # no word end inside: nothing to reuse (a rule of "~~~~", a CJK run)
             return self.piece(self.text[start:end])
-        first, last = self.word_ends[i], self.word_ends[j]
-        middle = self.tokens_before[j] - self.tokens_before[i]
+        first, last = word_ends[i], word_ends[j]
+        middle = self._tokens_before[j] - self._tokens_before[i]
         return self.piece(self.text[start:first]) + middle + self.piece(self.text[last:end])
 
     def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
@@ -358,27 +418,28 @@ class _TiktokenSpanCounter:
         j = np.searchsorted(word_ends, ends_np, side="right") - 1
         usable = (i <= j) & (ends_np - starts_np > _SPAN_DIRECT_CHARS)
         i, j = np.where(usable, i, 0), np.where(usable, j, 0)
-        # Spans not answered from the index get empty heads and tails (counted below).
-        firsts = np.where(usable, word_ends[i], starts_np).tolist()
-        lasts = np.where(usable, word_ends[j], ends_np).tolist()
+        # A span not answered from the index is all head (its tail is empty): counted
+        # as a whole below, as ``self`` would, but looked up in bulk like the heads.
+        firsts = np.where(usable, word_ends[i], ends_np)
+        lasts = np.where(usable, word_ends[j], ends_np)
         middles = np.where(usable, self._tokens_before_np[j] - self._tokens_before_np[i], 0)
-        text, cache = self.text, self.cache
-        starts, ends = starts_np.tolist(), ends_np.tolist()
         # Heads (span start to its first word end) and tails (last word end to the
         # span end) are short and repeat ("The", ". "): looked up in C, in bulk;
-        # only misses (-1) and the spans not answered from the index are counted one by one.
-        heads = list(map(text.__getitem__, map(slice, starts, firsts)))
-        tails = list(map(text.__getitem__, map(slice, lasts, ends)))
-        missing = itertools.repeat(-1)
-        head_counts = np.fromiter(map(cache.get, heads, missing), dtype=np.int64, count=len(heads))
-        tail_counts = np.fromiter(map(cache.get, tails, missing), dtype=np.int64, count=len(tails))
-        for k in np.flatnonzero(head_counts < 0).tolist():
-            head_counts[k] = self.piece(heads[k])
-        for k in np.flatnonzero(tail_counts < 0).tolist():
-            tail_counts[k] = self.piece(tails[k])
-        counts = (middles + head_counts + tail_counts).tolist()
-        for k in np.flatnonzero(~usable).tolist():
-            counts[k] = self(starts[k], ends[k])
+        # only misses are counted one by one. Empty ones (a span starting or ending
+        # at a word end: most tails) are not even sliced.
+        return (middles + self._bulk_pieces(starts_np, firsts) + self._bulk_pieces(lasts, ends_np)).tolist()
+
+    def _bulk_pieces(self, starts, ends):
+        """numpy int64: ``piece(text[s:e])`` for each pair of numpy ``starts`` and ``ends``."""
+        import numpy as np
+
+        counts = np.zeros(len(starts), dtype=np.int64)
+        present = np.flatnonzero(ends > starts)
+        pieces = list(map(self.text.__getitem__, map(slice, starts[present].tolist(), ends[present].tolist())))
+        found = np.fromiter(map(self.cache.get, pieces, itertools.repeat(-1)), dtype=np.int64, count=len(pieces))
+        for k in np.flatnonzero(found < 0).tolist():
+            found[k] = self.piece(pieces[k])
+        counts[present] = found
         return counts
 
     def piece(self, text: str) -> int:
@@ -400,6 +461,8 @@ def _word_end_tokens(data: bytes, token_ends):
     is followed by one it calls a non-letter, or by the end of the text. Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
+    Where both bytes are ASCII one table look-up of the pair decides; only token
+    ends next to a non-ASCII byte look at whole 3-byte characters.
     """
     import numpy as np
 
@@ -411,21 +474,33 @@ def _word_end_tokens(data: bytes, token_ends):
         return np.zeros(0, dtype=np.int64)
     ends = np.asarray(token_ends, dtype=np.int64)
     last = raw[ends - 1]  # the byte before each token end
-    letter_before = byte_letter[last]
-    # A 3-byte character ending there: its lead byte is three bytes back.
-    back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
-    if len(back3):
-        leads = ends[back3] - 3
-        is_lead = (raw[leads] & 0xF0) == 0xE0
-        back3, leads = back3[is_lead], leads[is_lead]
-        letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
-    inside = ends < size
-    following = raw[np.where(inside, ends, 0)]  # the byte after each token end
-    non_letter_after = np.where(inside, byte_non_letter[following], True)  # the end of the text counts
-    ahead3 = np.flatnonzero(inside & (ends <= size - 3) & ((following & 0xF0) == 0xE0))
-    if len(ahead3):
-        non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
-    return np.flatnonzero(letter_before & non_letter_after)
+    # The byte after each token end; the end of the text counts as a non-letter (a space).
+    following = np.frombuffer(data + b" ", dtype=np.uint8)[ends]
+    word_end = _ascii_pair_word_end_table()[(last.astype(np.uint16) << 8) | following]
+    mixed = np.flatnonzero((last | following) >= 0x80)
+    if len(mixed):
+        ends, last, following = ends[mixed], last[mixed], following[mixed]
+        letter_before = byte_letter[last]
+        # A 3-byte character ending there: its lead byte is three bytes back.
+        back3 = np.flatnonzero((ends >= 3) & ((last & 0xC0) == 0x80))
+        if len(back3):
+            leads = ends[back3] - 3
+            is_lead = (raw[leads] & 0xF0) == 0xE0
+            back3, leads = back3[is_lead], leads[is_lead]
+            letter_before[back3] = letter[_three_byte_code_points(raw, leads)]
+        non_letter_after = byte_non_letter[following]
+        ahead3 = np.flatnonzero((ends <= size - 3) & ((following & 0xF0) == 0xE0))
+        if len(ahead3):
+            non_letter_after[ahead3] = non_letter[_three_byte_code_points(raw, ends[ahead3])]
+        word_end[mixed] = letter_before & non_letter_after
+    return np.flatnonzero(word_end)
+
+
+@functools.cache
+def _ascii_pair_word_end_table():
+    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter."""
+    byte_letter, byte_non_letter = _byte_word_end_tables()
+    return (byte_letter[:, None] & byte_non_letter[None, :]).reshape(-1)
 
 
 def _three_byte_code_points(raw, leads):

@@ -27,14 +27,21 @@ Where we differ from the reference, on purpose:
 Counting: every count is of a span of the input, so the input is tokenized once
 and pieces, windows and overlaps are counted from that encoding
 (``chunking.tokenizers.span_counter``; exact, and with a tokenizer that offers no
-such index each span is encoded on its own).
+such index each span is encoded on its own). The cascade is planned one depth at
+a time, so all pieces of a depth are counted in one batch and all windows in one
+more (``count_spans``): the Python work is per span of a depth and per chunk,
+not one counting call per piece.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
+import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pydantic import Field
 
@@ -47,6 +54,8 @@ from chunking.tokenizers import Tokenizer, count_spans, span_counter
 CJK_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", "！", "？", "；", "，", " ", "")
 # LightRAG's (and LangChain's) default when ``separators=None``.
 PLAIN_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
+# Leading / trailing whitespace is looked for in this many characters first.
+_STRIP_PROBE_CHARS = 32
 
 
 class RecursiveConfig(TokenBudgetConfig):
@@ -94,6 +103,17 @@ def split_recursive(
 
 
 class _RecursiveSplitter:
+    """The cascade, planned level by level so that counting is done in bulk.
+
+    Output is what the depth-first definition gives: a span is cut before every
+    occurrence of the first separator it contains; runs of pieces within the cap are packed
+    greedily (:meth:`windows`); a piece over the cap is split again with the
+    finer separators, or cut into token windows when none is left. Planning
+    handles every span of one depth together, so the pieces of all of them are
+    counted in one ``count_spans`` call, and the windows of all runs are measured
+    in one more: per piece there is no Python-level count call.
+    """
+
     def __init__(self, text: str, tokenizer: Tokenizer, cap: int, overlap: int) -> None:
         self.text = text
         self.tokenizer = tokenizer
@@ -104,26 +124,60 @@ class _RecursiveSplitter:
         self.count = span_counter(tokenizer, text)
 
     def split(self, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
-        separator, finer = self.choose_separator(start, end, separators)
-        if separator == "":
-            return self.split_by_token_window(start, end)
-        cuts = self.cuts_at(start, end, separator)
-        counts = count_spans(self.count, cuts[:-1], cuts[1:])
-        out: list[Span] = []
-        small: list[tuple[int, int, int]] = []
-        for s, e, n in zip(cuts, cuts[1:], counts):
-            # A piece over the cap only because of its leading separator still fits
-            # as a chunk of its own (chunks are stripped), so it need not be split.
-            if n <= self.cap or self.count(*self.strip(s, e)) <= self.cap:
-                small.append((s, e, n))
-                continue
-            # Small pieces merge among themselves only: an oversized piece is a
-            # boundary of the stronger separator, which merging across would hide.
-            out.extend(self.merge(small))
-            small = []
-            out.extend(self.split(s, e, finer) if finer else self.split_by_token_window(s, e))
-        out.extend(self.merge(small))
-        return out
+        """The chunks of [start, end) in text order: whitespace-stripped, each within the cap."""
+        root = _Level(start, end, separators)
+        self.plan(root)
+        return self.emit_all(root)
+
+    def plan(self, root: "_Level") -> None:
+        """Fill ``items`` of ``root`` and of every span below it, one depth at a time."""
+        level = [root]
+        while level:
+            cut: list[tuple[_Level, list[int], tuple[str, ...]]] = []
+            for node in level:
+                separator, finer = self.choose_separator(node.start, node.end, node.separators)
+                if separator == "":
+                    node.items.append(self.split_by_token_window(node.start, node.end))
+                else:
+                    cut.append((node, self.cuts_at(node.start, node.end, separator), finer))
+            starts = list(itertools.chain.from_iterable(cuts[:-1] for _, cuts, _ in cut))
+            ends = list(itertools.chain.from_iterable(cuts[1:] for _, cuts, _ in cut))
+            counts = count_spans(self.count, starts, ends)
+            oversized = self.oversized(starts, ends, counts)
+            level = []
+            at = 0  # index of the node's first piece in starts / ends / counts
+            for node, cuts, finer in cut:
+                stop = at + len(cuts) - 1
+                run = at
+                for k in oversized[bisect_left(oversized, at) : bisect_left(oversized, stop)]:
+                    # Small pieces merge among themselves only: an oversized piece is a
+                    # boundary of the stronger separator, which merging across would hide.
+                    if k > run:
+                        node.items.append(_Run(starts[run:k], ends[run:k], counts[run:k]))
+                    child = _Level(starts[k], ends[k], finer)
+                    if not finer:
+                        child.items.append(self.split_by_token_window(child.start, child.end))
+                    else:
+                        level.append(child)
+                    node.items.append(child)
+                    run = k + 1
+                if stop > run:
+                    node.items.append(_Run(starts[run:stop], ends[run:stop], counts[run:stop]))
+                at = stop
+
+    def oversized(self, starts: list[int], ends: list[int], counts: list[int]) -> list[int]:
+        """Ascending indexes of the pieces that must be split further.
+
+        A piece over the cap only because of its leading separator still fits as a
+        chunk of its own (chunks are stripped), so it need not be split.
+        """
+        cap = self.cap
+        over = [k for k, n in enumerate(counts) if n > cap]
+        if not over:
+            return over
+        stripped = [self.strip(starts[k], ends[k]) for k in over]
+        stripped_counts = count_spans(self.count, [s for s, _ in stripped], [e for _, e in stripped])
+        return [k for k, n in zip(over, stripped_counts) if n > cap]
 
     def choose_separator(self, start: int, end: int, separators: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
         for i, sep in enumerate(separators):
@@ -138,37 +192,28 @@ class _RecursiveSplitter:
         ``[start, c1, ..., end]``, strictly ascending: piece k is ``[cuts[k], cuts[k + 1])``.
         An occurrence at ``start`` itself is not a cut.
         """
-        text = self.text
-        if text.startswith(separator, start):
-            # Rare: the search starts at start + 1, so a run like "\n\n\n" is cut
-            # at its second character, which str.split would not do.
-            cuts = [start]
-            at = text.find(separator, start + 1, end)
-            while at != -1:
-                cuts.append(at)
-                at = text.find(separator, at + len(separator), end)
-            if cuts[-1] != end:
-                cuts.append(end)
-            return cuts
-        # Leftmost non-overlapping occurrences, as str.split finds them: the
-        # separator positions follow from the part lengths, without a Python loop
-        # per occurrence.
-        parts = text[start:end].split(separator)
-        if len(parts) == 1:
-            return [start, end]
-        step = len(separator)
-        positions = itertools.accumulate(map(len, parts[:-1]), lambda at, n: at + n + step, initial=start - step)
-        cuts = list(positions)
-        cuts[0] = start
-        cuts.append(end)
-        return cuts
+        # A separator at ``start`` itself is not a cut, so the search starts at
+        # start + 1 then (a run like "\n\n\n" is cut at its second character,
+        # which str.split on the whole span would not do). Leftmost non-overlapping
+        # occurrences, as str.split finds them, found in place by the regex engine's
+        # literal search: no copy of the span, no string per piece.
+        offset = start + 1 if self.text.startswith(separator, start) else start
+        return [start, *map(_MATCH_START, _literal(separator).finditer(self.text, offset, end)), end]
 
     def strip(self, start: int, end: int) -> tuple[int, int]:
         """[start, end) without leading and trailing whitespace (``str.isspace``, as ``str.strip`` uses)."""
-        piece = self.text[start:end]
-        stripped = piece.lstrip()
-        start += len(piece) - len(stripped)
-        return start, start + len(stripped.rstrip())
+        text = self.text
+        # Pieces start with their separator, so most spans have leading whitespace,
+        # but only a few characters of it: strip a short probe, not a copy of the span.
+        if start < end and text[start].isspace():
+            probe = text[start : min(end, start + _STRIP_PROBE_CHARS)]
+            rest = probe.lstrip()
+            start = start + len(probe) - len(rest) if rest else end - len(text[start:end].lstrip())
+        if start < end and text[end - 1].isspace():
+            probe = text[max(start, end - _STRIP_PROBE_CHARS) : end]
+            rest = probe.rstrip()
+            end = end - len(probe) + len(rest) if rest else start + len(text[start:end].rstrip())
+        return start, end
 
     def emit(self, start: int, end: int, tokens: int | None = None) -> Span | None:
         start, end = self.strip(start, end)
@@ -176,43 +221,86 @@ class _RecursiveSplitter:
             return None
         return Span(start, end, self.text[start:end], self.count(start, end) if tokens is None else tokens)
 
-    def merge(self, pieces: list[tuple[int, int, int]]) -> list[Span]:
-        """Greedy packing of consecutive pieces, each already within the cap.
+    def emit_all(self, root: "_Level") -> list[Span]:
+        """The spans of a planned tree in text order: its runs packed, its token windows as they are.
 
-        The sum of piece counts decides where a window ends (one count per piece,
-        not one per candidate window); the window's own text is then measured, and
-        in the rare case BPE makes the joined text longer than the sum, the window
-        gives back pieces until it fits.
+        Each run is packed first on the assumption that every window and overlap it
+        measures fits its budget (:meth:`windows` only records them); all of those
+        spans are then counted in one ``count_spans`` call. A run where one did not
+        fit (BPE made joined text longer than the sum of its pieces, rare) is packed
+        again with those counts, taking the same decisions as packing it one measured
+        window at a time.
         """
+        items = list(_in_text_order(root))
+        queried: list[tuple[int, int, int]] = []
+        packed: list[list[tuple[int, int]]] = []
+        for item in items:
+            if isinstance(item, _Run):
+                first = len(queried)
+
+                def assume_fits(s: int, e: int, budget: int) -> bool:
+                    queried.append((s, e, budget))
+                    return True
+
+                packed.append(self.windows(item, assume_fits))
+                item.queries = (first, len(queried))
+        counts = count_spans(self.count, [q[0] for q in queried], [q[1] for q in queried])
+        measured = {(s, e): n for (s, e, _), n in zip(queried, counts)}
+
+        def count(s: int, e: int) -> int:
+            n = measured.get((s, e))
+            if n is None:
+                n = measured[(s, e)] = self.count(s, e)
+            return n
+
         out: list[Span] = []
-        i, n = 0, len(pieces)
+        text = self.text
+        runs = iter(packed)
+        for item in items:
+            if not isinstance(item, _Run):
+                out.extend(item)
+                continue
+            windows = next(runs)
+            first, stop = item.queries
+            if any(n > q[2] for q, n in zip(queried[first:stop], counts[first:stop])):
+                windows = self.windows(item, lambda s, e, budget: count(s, e) <= budget)
+            out.extend(Span(s, e, text[s:e], count(s, e)) for s, e in windows)
+        return out
+
+    def windows(self, run: "_Run", fits: Callable[[int, int, int], bool]) -> list[tuple[int, int]]:
+        """Greedy packing of a run of consecutive pieces, each already within the cap: stripped spans.
+
+        The sum of piece counts decides where a window ends (a binary search over
+        the run's cumulative counts, not a step per piece); ``fits(start, end,
+        budget)`` then says whether the window's own text is within the cap, and in
+        the rare case BPE makes the joined text longer than the sum, the window
+        gives back pieces until it fits. Overlap: the longest run of trailing pieces
+        within the overlap budget that still leaves room for the next piece, checked
+        with ``fits`` on the shared text itself.
+        """
+        starts, ends, counts = run.starts, run.ends, run.counts
+        cap, overlap = self.cap, self.overlap
+        prefix = list(itertools.accumulate(counts, initial=0))
+        out: list[tuple[int, int]] = []
+        i, n = 0, len(counts)
         while i < n:
-            total, j = 0, i
-            while j < n and total + pieces[j][2] <= self.cap:
-                total += pieces[j][2]
-                j += 1
-            j = max(j, i + 1)
-            span = self.emit(pieces[i][0], pieces[j - 1][1])
-            while span is not None and span.tokens > self.cap and j - 1 > i:
+            j = max(bisect_right(prefix, prefix[i] + cap) - 1, i + 1)
+            s, e = self.strip(starts[i], ends[j - 1])
+            while s != e and not fits(s, e, cap) and j - 1 > i:
                 j -= 1
-                span = self.emit(pieces[i][0], pieces[j - 1][1])
-            if span is not None:
-                out.append(span)
+                s, e = self.strip(starts[i], ends[j - 1])
+            if s != e:
+                out.append((s, e))
             if j >= n:
                 break
-            # Overlap: the longest run of trailing pieces within the overlap budget
-            # that still leaves room for the next piece; always advance past i.
+            # Always advance past i.
             k, carried = j, 0
-            while (
-                k - 1 > i
-                and carried + pieces[k - 1][2] <= self.overlap
-                and carried + pieces[k - 1][2] + pieces[j][2] <= self.cap
-            ):
-                carried += pieces[k - 1][2]
+            while k - 1 > i and carried + counts[k - 1] <= overlap and carried + counts[k - 1] + counts[j] <= cap:
+                carried += counts[k - 1]
                 k -= 1
             # The budget is a promise about the shared text itself, not the sum of its
-            # pieces: measure it once, give back leading pieces in the rare overshoot.
-            while k < j and self.count(*self.strip(pieces[k][0], pieces[j - 1][1])) > self.overlap:
+            # pieces: give back leading pieces in the rare overshoot.
+            while k < j and not fits(*self.strip(starts[k], ends[j - 1]), overlap):
                 k += 1
             i = k
         return out
@@ -277,6 +365,45 @@ class _RecursiveSplitter:
             else:
                 lo = mid
         return hi
+
+
+_MATCH_START = operator.methodcaller("start")
+
+
+@functools.lru_cache(maxsize=64)
+def _literal(separator: str) -> re.Pattern[str]:
+    """``separator`` as a compiled literal pattern (finditer: leftmost, non-overlapping, like str.split)."""
+    return re.compile(re.escape(separator))
+
+
+class _Run:
+    """Consecutive pieces of one span, each within the cap: packed together into chunks."""
+
+    __slots__ = ("starts", "ends", "counts", "queries")
+
+    def __init__(self, starts: list[int], ends: list[int], counts: list[int]) -> None:
+        self.starts, self.ends, self.counts = starts, ends, counts
+        self.queries = (0, 0)  # this run's slice of the spans measured in bulk (emit_all)
+
+
+class _Level:
+    """A span to cut at the first of ``separators`` it contains; ``items`` in text order once planned:
+    runs, the spans too large for them (each a ``_Level`` of its own) and token windows (lists of spans)."""
+
+    __slots__ = ("start", "end", "separators", "items")
+
+    def __init__(self, start: int, end: int, separators: tuple[str, ...]) -> None:
+        self.start, self.end, self.separators = start, end, separators
+        self.items: list = []
+
+
+def _in_text_order(node: _Level):
+    """The runs and token-window span lists under ``node``, depth first (text order)."""
+    for item in node.items:
+        if isinstance(item, _Level):
+            yield from _in_text_order(item)
+        else:
+            yield item
 
 
 def chunk_recursive(

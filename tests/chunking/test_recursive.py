@@ -283,3 +283,110 @@ def test_tiktoken_encode_is_the_special_token_free_encoding(cl100k):
     text = "Before <|endoftext|> after <|fim_prefix|> and 0.95 ünïcödé 中文 😀"
     assert cl100k.encode(text) == cl100k._encoding.encode(text, disallowed_special=())
     assert cl100k.count(text) == len(cl100k._encoding.encode(text, disallowed_special=()))
+
+
+# -- bulk counting: the plan counts every piece of a depth at once ----------------------
+
+
+class EncodeOnly:
+    """cl100k through the bare protocol: every span is encoded on its own (no one-encoding index)."""
+
+    def __init__(self, tokenizer):
+        self.inner = tokenizer
+
+    def encode(self, text):
+        return self.inner.encode(text)
+
+    def decode(self, tokens):
+        return self.inner.decode(tokens)
+
+
+_MIXED = (
+    "## 3.2. Title\n\nThe quick brown fox's value is 0.95, isn't it? Dr. Smith said so.\n"
+    "def __init__(self, path):\n    return os.path.join(path, '中文')  # 😀\n\n"
+    "分块之间的重叠是一种廉价的保险，当一个事实恰好位于边界上时。重叠可以保证它完整出现！\n"
+    "日本語の文です。カタカナとひらがな、そして漢字。\n\n\n"
+    "    for i in range(10):\n        print(i, end=' ')\n~~~~~~~~~~~~\n"
+)
+
+
+@pytest.mark.parametrize("cap,overlap", [(24, 6), (64, 16), (400, 0), (400, 100)])
+def test_index_backed_counts_give_the_same_chunks_as_encoding_each_span(cl100k, cap, overlap):
+    # Long (the index is used), mixed prose, code and CJK, blank-line runs: every
+    # level of the cascade, overlaps and the bulk-measured windows are exercised.
+    import random
+
+    rng = random.Random(cap * 1000 + overlap)
+    lines = _MIXED.splitlines(keepends=True)
+    text = "".join(rng.choice(lines) for _ in range(600)) + "x" * 3000
+    fast = split_recursive(text, cl100k, cap, overlap)
+    assert hasattr(split_recursive.__globals__["span_counter"](cl100k, text), "word_ends")
+    assert fast == split_recursive(text, EncodeOnly(cl100k), cap, overlap)
+    assert_invariants(text, fast, cl100k, cap)
+
+
+class JoinPenalty:
+    """1 token per char, plus 5 for every "a b": joined pieces count more than the sum of their counts."""
+
+    def encode(self, text):
+        return [0] * (len(text) + 5 * text.count("a b"))
+
+    def decode(self, tokens):
+        raise NotImplementedError
+
+
+def test_window_gives_back_pieces_when_its_text_counts_more_than_its_pieces():
+    # Pieces "xa", " b", " xa", " b": their counts sum to 9, within the cap, but the
+    # joined "xa b xa b" holds "a b" twice (19 tokens), so the packed window must
+    # give pieces back until its own count fits ("xa b": 4 + 5).
+    text = "xa b xa b xa b xa b"
+    tokenizer = JoinPenalty()
+    spans = split_recursive(text, tokenizer, 10, 0, (" ", ""))
+    assert_invariants(text, spans, tokenizer, 10)
+    assert [s.text for s in spans] == ["xa b"] * 4
+    # With overlap the shared text is measured too, and stays within its budget.
+    spans = split_recursive(text, tokenizer, 10, 3, (" ", ""))
+    assert_invariants(text, spans, tokenizer, 10)
+    for a, b in zip(spans, spans[1:]):
+        if b.start < a.end:
+            assert len(tokenizer.encode(text[b.start : a.end])) <= 3
+
+
+@pytest.mark.parametrize("gap", [1, 31, 32, 33, 200])
+def test_chunks_are_stripped_across_whitespace_runs_of_any_length(gap):
+    # Leading and trailing whitespace is looked for in a short probe first; runs
+    # longer than the probe must be stripped all the same.
+    text = ("alpha" + " " * gap + "\n" + "\t" * gap + "beta\n\n" + " " * gap) * 8
+    for cap in (3, 7, 40):
+        spans = split_recursive(text, CHAR, cap, 0)
+        assert_invariants(text, spans, CHAR, cap)
+    assert [s.text for s in split_recursive(text, CHAR, 6, 0)][:2] == ["alpha", "beta"]
+
+
+def _cuts_by_str_split(text, start, end, separator):
+    """Reference: piece bounds from str.split (the search skips a separator at ``start``)."""
+    offset = start + 1 if text.startswith(separator, start) else start
+    cuts, at = [start], offset
+    for part in text[offset:end].split(separator)[:-1]:
+        at += len(part)
+        cuts.append(at)
+        at += len(separator)
+    return cuts + [end]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["a", "\n", "\n\n", " ", "。", ".", "*", "\\", "(", "中"]), max_size=60).map("".join),
+    separator=st.sampled_from(["\n\n", "\n", " ", "。", ".", "*", "\\", "\n\n\n", "a a", "(."]),
+    bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+)
+def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds):
+    # Separators are literals (regex metacharacters included); runs like "\n\n\n"
+    # are cut leftmost, non-overlapping, after a separator at the span start.
+    from chunking.strategies.recursive import _RecursiveSplitter
+
+    start, end = sorted(min(b, len(text)) for b in bounds)
+    splitter = _RecursiveSplitter(text, CHAR, 10, 0)
+    cuts = splitter.cuts_at(start, end, separator)
+    assert cuts == _cuts_by_str_split(text, start, end, separator)
+    assert all(a < b for a, b in zip(cuts, cuts[1:])) or start == end

@@ -101,3 +101,44 @@ def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
         assert char == len(text) or len(text[: char + 1].encode()) > byte
     assert cl100k.encode_text(text) is encoded, "the last text's encoding is kept for the next caller"
     assert cl100k.encode_text((text + " ")[:-1]) is not encoded, "an equal but new string is encoded again"
+
+
+@pytest.mark.parametrize("text", ["naïve café 😀 日本語 x\u0301 \U0001f9d1\u200d\U0001f4bb ", "plain ASCII, no other bytes. "])
+def test_token_char_ends_count_the_characters_starting_before_each_token_end(cl100k, text):
+    # Emoji are split across tokens: a token end can fall inside a character, and
+    # then it counts the character whose first byte lies before it.
+    text *= 60
+    encoded = cl100k.encode_text(text)
+    data = text.encode()
+    expected = [sum(1 for b in data[:end] if b & 0xC0 != 0x80) for end in encoded.token_ends.tolist()]
+    assert encoded.token_char_ends.tolist() == expected
+    assert any(data[end - 1] & 0xC0 == 0x80 and end < len(data) and data[end] & 0xC0 == 0x80
+               for end in encoded.token_ends.tolist()) or text.isascii(), "some token ends inside a character"
+    boundaries = [k for k, end in enumerate(encoded.token_ends.tolist()) if end == len(data) or data[end] & 0xC0 != 0x80]
+    assert encoded.chars_at_bytes(encoded.token_ends[boundaries]).tolist() == encoded.token_char_ends[boundaries].tolist()
+
+
+def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
+    # The bytes around each token end decide (a pair table for ASCII, whole 3-byte
+    # characters next to non-ASCII bytes); here each is decoded and looked up instead.
+    from chunking.tokenizers import _word_end_tables, _word_end_tokens
+
+    letter, non_letter = _word_end_tables()
+    rng = random.Random(11)
+    parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文", "，", "「引用」", "\n", "！", "x", "1", " word", "é", "😀",
+             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~"]
+    text = "".join(rng.choice(parts) for _ in range(4000))
+    data = text.encode()
+    encoded = cl100k.encode_text(text)
+    char_at = {}  # byte offset of each character start (and of the end) -> character index
+    offset = 0
+    for index, char in enumerate(text):
+        char_at[offset] = index
+        offset += len(char.encode())
+    char_at[offset] = len(text)
+    expected = []
+    for k, end in enumerate(encoded.token_ends.tolist()):
+        index = char_at.get(end)  # a token end inside a character is no word end
+        if index and letter[ord(text[index - 1])] and (index == len(text) or non_letter[ord(text[index])]):
+            expected.append(k)
+    assert _word_end_tokens(data, encoded.token_ends).tolist() == expected
