@@ -82,10 +82,11 @@ overlap of a boundary-less run is taken once (the reference compounds it).
 
 from __future__ import annotations
 
-import re
 import bisect
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -140,9 +141,12 @@ class SentenceConfig(BaseModel):
         return self.max_section_length * self.semantic_overlap_percent // 100
 
 
-@dataclass(frozen=True)
-class Unit:
-    """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure."""
+class Unit(NamedTuple):
+    """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure.
+
+    A named tuple: one is made per sentence of the document, and a tuple is the
+    cheapest immutable record to create.
+    """
 
     start: int
     end: int
@@ -227,6 +231,15 @@ class _Splitter:
             return self.count_span(start, start + len(text))
         return self.count(text)
 
+    def count_many_at(self, texts: list[str], starts: list[int]) -> list[int]:
+        """``[count_at(t, s) for t, s in zip(texts, starts)]``, the verbatim ones in one ``count_spans`` batch."""
+        verbatim = [i for i, (text, start) in enumerate(zip(texts, starts)) if self.text.startswith(text, start)]
+        counted = count_spans(self.count_span, [starts[i] for i in verbatim], [starts[i] + len(texts[i]) for i in verbatim])
+        counts: list[int | None] = [None] * len(texts)
+        for i, n in zip(verbatim, counted):
+            counts[i] = n
+        return [self.count(text) if n is None else n for text, n in zip(texts, counts)]
+
     def tokens_within_cap(self, start: int, end: int, density: float = 0.0) -> tuple[int | None, float]:
         """The span's token count if it is within the cap (else ``None``), and its tokens per char.
 
@@ -248,20 +261,23 @@ class _Splitter:
 
     def page_units(self, page: int, start: int, end: int) -> list[Unit]:
         """Figures and sentence spans of one page, oversized spans already split."""
-        spans: list[tuple[int, int, bool]] = []
+        spans: list[tuple[int, int]] = []
+        figures: set[int] = set()  # indexes into spans
         at = start
         for match in FIGURE.finditer(self.text, start, end):
-            spans.extend((s, e, False) for s, e in self.sentences(at, match.start()))
-            spans.append((match.start(), match.end(), True))
+            spans += self.sentences(at, match.start())
+            figures.add(len(spans))
+            spans.append(match.span())
             at = match.end()
-        spans.extend((s, e, False) for s, e in self.sentences(at, end))
+        spans += self.sentences(at, end)
+        counts = count_spans(self.count_span, [s for s, _ in spans], [e for _, e in spans])
         units: list[Unit] = []
-        counts = count_spans(self.count_span, [s for s, _, _ in spans], [e for _, e, _ in spans])
-        for (s, e, is_figure), n in zip(spans, counts):
-            if is_figure or n <= self.cap:
-                units.append(Unit(s, e, page, n, is_figure))
+        cap = self.cap
+        for i, ((s, e), n) in enumerate(zip(spans, counts)):
+            if n <= cap or i in figures:
+                units.append(Unit(s, e, page, n, i in figures))
                 continue
-            units.extend(Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e))
+            units += [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e)]
         return units
 
     def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -499,6 +515,7 @@ class _Splitter:
         target = self.config.section_overlap
         if target <= 0:
             return
+        candidates: list[tuple[_Draft, _Draft, str]] = []
         for current, following in zip(drafts, drafts[1:]):
             if self.config.reference_mode:
                 if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
@@ -515,7 +532,15 @@ class _Splitter:
             prefix = self.overlap_prefix(following.text, target)
             if not prefix or current.text.endswith(prefix):
                 continue
-            self.append_overlap(current, following, prefix)
+            candidates.append((current, following, prefix))
+        # Each pair's overlap depends on that pair alone: the prefixes are counted in one batch.
+        if self.config.reference_mode:
+            for current, following, prefix in candidates:
+                self.append_reference_overlap(current, following, prefix)
+            return
+        prefix_counts = self.count_many_at([p for _, _, p in candidates], [self.text_start(f) for _, f, _ in candidates])
+        for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
+            self.append_overlap(current, following, prefix, prefix_tokens)
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -594,22 +619,19 @@ class _Splitter:
     def through_last_break_pattern(self) -> re.Pattern[str]:
         return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
-    def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
-        """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
-        if self.config.reference_mode:
-            self.append_reference_overlap(current, following, prefix)
-            return
-        else:
-            joiner = self.overlap_joiner(current, following, prefix)
-            current_tokens = current.tokens
+    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int) -> None:
+        """Append ``prefix`` (``prefix_tokens`` tokens) to ``current`` if it fits the cap and the
+        tolerant budget; shrink it otherwise."""
+        joiner = self.overlap_joiner(current, following, prefix)
         room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-        room_tokens = self.cap - current_tokens - (1 if joiner else 0)
+        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
         while prefix:
-            if len(prefix) <= room_chars and self.count_at(prefix, self.text_start(following)) <= room_tokens:
+            if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
                 current.overlap = joiner + prefix
                 current.overlap_end = self.source_end_of_prefix(following, prefix)
                 return
             prefix = self.trim_partial_word(prefix)
+            prefix_tokens = self.count_at(prefix, self.text_start(following)) if prefix else 0
 
     def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """The reference's append: the prefix joined directly; over the tolerant budget or
@@ -648,13 +670,9 @@ class _Splitter:
 
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
         chunks: list[Chunk] = []
-        for draft in drafts:
-            text = draft.text + draft.overlap
-            first = draft.units[0]
-            if len(draft.units) == 1 and len(text) == first.end - first.start and self.text.startswith(text, first.start):
-                tokens = first.tokens  # one unmodified unit: counted already
-            else:
-                tokens = self.count_at(text, self.text_start(draft))
+        texts = [draft.text + draft.overlap for draft in drafts]
+        counts = self.count_many_at(texts, [self.text_start(draft) for draft in drafts])
+        for draft, text, tokens in zip(drafts, texts, counts):
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
@@ -671,7 +689,7 @@ class _Splitter:
         out: list[Chunk] = []
         for unit in draft.units:
             for start, end, _ in self.split_oversized(unit.start, unit.end):
-                piece = _Draft([replace(unit, start=start, end=end)], draft.home)
+                piece = _Draft([unit._replace(start=start, end=end)], draft.home)
                 if self.assemble(piece):
                     out.append(self.make_chunk(doc, piece, piece.text, self.count(piece.text)))
         return out
