@@ -49,7 +49,9 @@ Where we differ from the seed's reference, on purpose:
   are counted from that one encoding (``chunking.tokenizers.span_counter``,
   exact; any other tokenizer counts each span once). The accumulator sums span
   counts instead of re-tokenizing itself; only text that is not verbatim source
-  (a page join, a non-contiguous overlap) is encoded again. Inside the
+  (a page join, a non-contiguous overlap) is encoded again. The units of a
+  page, the chunks and the look-ahead overlaps are each counted in one
+  ``count_spans`` batch. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
 * The midpoint overlap is taken once per boundary-less run: pieces of a

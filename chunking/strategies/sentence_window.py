@@ -19,7 +19,9 @@ non-whitespace character. Sizes are exact tokens of the tokenizer argument
 (``unit="tokens"``), characters (``unit="chars"``), or ceil(chars/4) when
 ``estimate`` is chosen, as the service seed does. The document is tokenized
 once: sentence and chunk sizes are counts of source spans, answered from that
-one encoding (``chunking.tokenizers.span_counter``).
+one encoding (``chunking.tokenizers.span_counter``), all sentences in one
+``count_spans`` batch and all chunks in another; the recursive split of an
+oversized sentence counts its pieces from the same encoding (``_SliceTokenizer``).
 
 Where we differ from the seeds, on purpose:
 
