@@ -69,6 +69,8 @@ _CJK_ENDINGS = "".join(CJK_SENTENCE_ENDINGS)
 # every position (a third faster); ASCII text gets a class without the others.
 _CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "][.!?…" + _CJK_ENDINGS + "]*|\n[^\\S\n]*\n")
 _ASCII_CANDIDATE = re.compile("[.!?][.!?]*|\n[^\\S\n]*\n")
+# One character that ends_with_sentence_ending accepts as the last.
+_ENDING_CHARACTER = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "]")
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
@@ -355,6 +357,22 @@ def _word_before(text: str, at: int) -> str:
     if not window or window[-1].isspace():
         return ""
     return window.rsplit(None, 1)[-1].lstrip(_OPENERS)
+
+
+def sentence_end_possible(text: str, lo: int, hi: int) -> bool:
+    """Whether ``ends_with_sentence_ending(text[s:k])`` may hold for some ``k`` in ``[lo, hi]``
+    where ``text[s:k]`` has no trailing whitespace (any ``s``).
+
+    ``False`` is certain: such a ``text[s:k]`` ends with an ending character at
+    some ``p < k`` followed only by closers, so ``p`` lies before ``hi`` and no
+    earlier than the closers just before ``lo``; without an ending character
+    there, none can. ``True`` only means possible. A cheap test (a character
+    search) that lets a caller skip segmenting a window.
+    """
+    first = lo
+    while first > 0 and text[first - 1] in _CLOSERS:
+        first -= 1
+    return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
 
 
 def ends_with_sentence_ending(text: str) -> bool:

@@ -98,6 +98,7 @@ from chunking.segmenter import (
     SENTENCE_ENDINGS,
     WORD_BREAKS,
     ends_with_sentence_ending,
+    sentence_end_possible,
     sentence_spans,
 )
 from chunking.strategies import StrategySpec
@@ -592,7 +593,9 @@ class _Splitter:
         if len(text) <= target:
             return ""
         reach = min(len(text), target + max(target // 2, 1))
-        window = text[: reach + 1]
+        # A qualifying sentence end is rstripped and passes ends_with_sentence_ending:
+        # most windows (over half in prose) can be ruled out by a character search.
+        window = text[: reach + 1] if sentence_end_possible(text, target, reach) else ""
         for start, end in sentence_spans(window):
             if end == len(window) < len(text):
                 break  # cut by the window, not by the segmenter
