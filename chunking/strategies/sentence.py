@@ -624,19 +624,21 @@ class _Splitter:
     def through_last_break_pattern(self) -> re.Pattern[str]:
         return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
-    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int) -> None:
-        """Append ``prefix`` (``prefix_tokens`` tokens) to ``current`` if it fits the cap and the
-        tolerant budget; shrink it otherwise."""
+    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int | None) -> None:
+        """Append ``prefix`` (``prefix_tokens`` tokens, ``None``: not counted yet) to ``current``
+        if it fits the cap and the tolerant budget; shrink it otherwise."""
         joiner = self.overlap_joiner(current, following, prefix)
         room_chars = self.config.soft_limit - len(current.text) - len(joiner)
         room_tokens = self.cap - current.tokens - (1 if joiner else 0)
         while prefix:
-            if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
-                current.overlap = joiner + prefix
-                current.overlap_end = self.source_end_of_prefix(following, prefix)
-                return
-            prefix = self.trim_partial_word(prefix)
-            prefix_tokens = self.count_at(prefix, self.text_start(following)) if prefix else 0
+            if len(prefix) <= room_chars:  # counted only once it fits the characters
+                if prefix_tokens is None:
+                    prefix_tokens = self.count_at(prefix, self.text_start(following))
+                if prefix_tokens <= room_tokens:
+                    current.overlap = joiner + prefix
+                    current.overlap_end = self.source_end_of_prefix(following, prefix)
+                    return
+            prefix, prefix_tokens = self.trim_partial_word(prefix), None
 
     def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """The reference's append: the prefix joined directly; over the tolerant budget or
