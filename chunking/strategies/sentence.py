@@ -519,7 +519,8 @@ class _Splitter:
         if target <= 0:
             return
         candidates: list[tuple[_Draft, _Draft, str]] = []
-        for current, following in zip(drafts, drafts[1:]):
+        figures = [draft.figure for draft in drafts] if not self.config.reference_mode else []
+        for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
             if self.config.reference_mode:
                 if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
                     continue
@@ -528,7 +529,7 @@ class _Splitter:
                 if current.home != following.home and not self.reference_continues(current.text, following.text):
                     continue
             else:
-                if current.figure or following.figure:
+                if figures[i] or figures[i + 1]:
                     continue
                 if current.home != following.home and not self.continues_across_pages(current.text, following.text):
                     continue
@@ -679,6 +680,7 @@ class _Splitter:
         chunks: list[Chunk] = []
         texts = [draft.text + draft.overlap for draft in drafts]
         counts = self.count_many_at(texts, [self.text_start(draft) for draft in drafts])
+        page_offsets = [page.char_offset for page in doc.pages]
         for draft, text, tokens in zip(drafts, texts, counts):
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
@@ -687,7 +689,7 @@ class _Splitter:
             if tokens > self.cap and not draft.figure:
                 chunks.extend(self.resplit(doc, draft))
                 continue
-            chunks.append(self.make_chunk(doc, draft, text, tokens))
+            chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets))
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
@@ -707,7 +709,9 @@ class _Splitter:
         raw = self.text[first.start : first.end]
         return first.end - len(raw.lstrip())
 
-    def make_chunk(self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int) -> Chunk:
+    def make_chunk(
+        self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
+    ) -> Chunk:
         first, last = draft.units[0], draft.units[-1]
         raw_first = self.text[first.start : first.end]
         raw_last = self.text[last.start : last.end]
@@ -716,8 +720,8 @@ class _Splitter:
         if draft.overlap:
             end = max(end, draft.overlap_end)
         start, end = min(start, end), max(start, end)
-        pages = [doc.pages[u.page].page_num for u in draft.units]
-        page_end = doc.page_at(end - 1) if draft.overlap and end > start else max(pages)
+        pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
+        page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
         metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
         if draft.figure:
             metadata["cap_exempt"] = "figure"
