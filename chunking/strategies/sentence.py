@@ -286,6 +286,8 @@ class _Splitter:
     def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         if self.config.reference_mode:
             return self.reference_sentences(start, end)
+        if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
+            return sentence_spans(self.text)
         return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -476,6 +478,8 @@ class _Splitter:
     # -- text ------------------------------------------------------------------------
 
     def join(self, units: list[Unit]) -> str:
+        if all(b.start == a.end and b.page == a.page for a, b in zip(units, units[1:])):
+            return self.text[units[0].start : units[-1].end] if units else ""  # contiguous: nothing to join
         parts: list[str] = []
         previous: Unit | None = None
         for unit in units:
