@@ -27,9 +27,15 @@ A boundary is placed after
   punctuation is a sentence of its own rather than glued to the next paragraph.
 
 This is deliberately a rule set, not a model: it runs at regex speed over
-megabytes and its mistakes are predictable. (Long texts are scanned for candidate
-endings with numpy, which finds the same candidates several times faster than a
-regex character class holding non-Latin-1 characters.)
+megabytes and its mistakes are predictable. Texts from ``_VECTOR_SCAN_CHARS`` on
+are scanned for candidate endings with numpy (the same candidates, several times
+faster than a regex character class holding non-Latin-1 characters), and the
+rules are applied there to all candidates at once where their outcome needs
+nothing beyond per-character tables (93% of the 21,074 candidates of the chunker
+bench's workload); the
+others go through the same per-candidate rules as short texts
+(:func:`_long_text_spans`; ``tests/chunking/test_segmenter.py`` checks that both
+paths cut alike).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from typing import Any, NamedTuple
 
 STANDARD_SENTENCE_ENDINGS: tuple[str, ...] = (".", "!", "?")
 # CL05 and CL06 of the W3C jlreq (JIS X 4051), as in the Azure splitter.
@@ -57,12 +64,22 @@ _OPENERS = "\"'“‘([{«‹「『（【〔〈《〖〘〚〝"
 _CJK_ENDINGS = "".join(CJK_SENTENCE_ENDINGS)
 
 # Candidates are found with a plain character class (fast); what follows each is
-# then matched in place.
-_CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "]+|\n[^\\S\n]*\n")
+# then matched in place. Written ``[c][c]*`` rather than ``[c]+``: the regex engine
+# then skips to a possible first character instead of trying both branches at
+# every position (a third faster); ASCII text gets a class without the others.
+_CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "][.!?…" + _CJK_ENDINGS + "]*|\n[^\\S\n]*\n")
+_ASCII_CANDIDATE = re.compile("[.!?][.!?]*|\n[^\\S\n]*\n")
+# One character that ends_with_sentence_ending accepts as the last.
+_ENDING_CHARACTER = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "]")
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
-# From this length on, candidates are located with numpy: Python's regex scans a
-# character class holding non-Latin-1 characters at ~40 ns per char.
+# From this length on, candidates are located and mostly decided with numpy: Python's
+# regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
+# and the rules cost a few microseconds per candidate in Python.
 _VECTOR_SCAN_CHARS = 4096
+# The numpy path steps through at most this much whitespace after a candidate.
+_MAX_WHITESPACE_STEPS = 32
+# The last code point str.isspace() accepts (U+3000, the ideographic space).
+_LAST_SPACE = 0x3000
 # After an ending run: closers, whitespace, then the next word (as far as the rules look).
 _TAIL = re.compile("([" + re.escape(_CLOSERS) + "]*)(\\s*)(\\S{0,40})")
 _WHITESPACE = re.compile(r"\s*")
@@ -90,6 +107,10 @@ _SENTENCE_STARTERS = frozenset(
     as for to our their his her my
     """.split()
 )
+# Every word whose period _ends_sentence_here may treat specially (the longest has 6
+# characters: a word of _WORD_PROBE or more without a dot is never one of them).
+_LISTED_WORDS = _NEVER_FINAL | _BEFORE_NUMBER | _RARELY_FINAL
+_WORD_PROBE = 7
 _DOTTED_ACRONYM = re.compile(r"^(?:[^\W\d_]\.)+[^\W\d_]$")
 
 
@@ -99,68 +120,200 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")
     if not text:
         return []
+    if len(text) >= _VECTOR_SCAN_CHARS:
+        return _long_text_spans(text)
+    return _spans_candidate_by_candidate(text)
+
+
+def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
+    """``sentence_spans(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
     size = len(text)
     cuts: list[int] = []
-    for at, after in _candidates(text):
-        term = text[at:after]
-        if term[0] == "\n":  # a blank line
-            end = _WHITESPACE.match(text, after).end()
-            is_boundary = True
-        else:
-            if after < size and not text[after].isspace() and text[after] not in _CLOSERS and not _has_cjk_ending(term):
-                continue  # "0.95", "os.path": punctuation inside a token
-            tail = _TAIL.match(text, after)
-            end = tail.end(2)
-            closers, space, next_word = tail.groups()
-            is_boundary = _ends_sentence_here(text, term, at, closers, space, next_word)
+    for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text):
+        decision = _evaluate(text, *match.span())
+        if decision is None:
+            continue  # "0.95", "os.path": punctuation inside a token
+        end, is_boundary = decision
         if end >= size:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    bounds = [0, *cuts, len(text)]
+    bounds = [0, *cuts, size]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _candidates(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of every match of ``_CANDIDATE`` in ``text``, in order.
+def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
+    """The rules at one candidate ``text[at:after]``: ``(end, is_boundary)``; ``None`` inside a token.
 
-    Long texts are scanned with numpy (the same maximal runs of ending characters,
-    plus the blank lines), and runs that the caller would skip at once -- no CJK
-    ending and followed by an ASCII character that is neither whitespace nor a
-    closer, as in "0.95" -- are left out here.
+    ``end`` is where a sentence that ends here stops: past the candidate, its
+    closing quotes / brackets and the whitespace after them.
     """
-    if len(text) < _VECTOR_SCAN_CHARS:
-        return [m.span() for m in _CANDIDATE.finditer(text)]
+    term = text[at:after]
+    if term[0] == "\n":  # a blank line
+        return _WHITESPACE.match(text, after).end(), True
+    if after < len(text) and not text[after].isspace() and text[after] not in _CLOSERS and not _has_cjk_ending(term):
+        return None
+    tail = _TAIL.match(text, after)
+    closers, space, next_word = tail.groups()
+    return tail.end(2), _ends_sentence_here(text, term, at, closers, space, next_word)
+
+
+def _long_text_spans(text: str) -> list[tuple[int, int]]:
+    """``sentence_spans(text)`` with each candidate's ``_evaluate`` mostly answered with numpy.
+
+    The candidates are ``_CANDIDATE``'s: maximal runs of ending characters and
+    blank lines. A candidate is settled here only where ``_evaluate`` /
+    ``_ends_sentence_here`` reach their result without looking further than
+    these tables do: a blank line, a CJK ending, ``!``/``?``, a lowercase next
+    word, ``..``/``…``, or a lone ``.`` after a word that is none of the listed
+    abbreviations, not an initial, and holds no dot or opening bracket. Every
+    other candidate (closing quotes after it, an opening quote before the next
+    word, a listed or dotted word before the period, a whitespace run longer
+    than ``_MAX_WHITESPACE_STEPS``, a next character outside the BMP) goes to
+    ``_evaluate`` itself, so there is one rule set and this is its fast path.
+    """
     import numpy as np
 
-    is_ending, is_cjk_ending, ascii_inside_token = _scan_tables()
+    tables = _scan_tables()
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    hits = np.flatnonzero(is_ending[codes])
-    runs: list[tuple[int, int]] = []
+    size, last = len(codes), len(codes) - 1
+    at, after, is_blank, has_cjk, has_bang = _candidate_arrays(text, codes, tables)
+
+    following = codes[np.minimum(after, last)]
+    inside = after < size
+    closer_follows = inside & tables.is_closer[following]
+    skip = ~is_blank & inside & ~tables.is_space[following] & ~closer_follows & ~has_cjk
+    unknown = ~is_blank & closer_follows
+
+    # ``end``: past the whitespace after the candidate (step by step: such runs are short).
+    end = after.copy()
+    stepping = np.flatnonzero(~skip & ~unknown)
+    for _ in range(_MAX_WHITESPACE_STEPS):
+        positions = end[stepping]
+        stepping = stepping[(positions < size) & tables.is_space[codes[np.minimum(positions, last)]]]
+        if not len(stepping):
+            break
+        end[stepping] += 1
+    unknown[stepping] = True  # still in whitespace: left to _evaluate
+
+    # _ends_sentence_here's rules, in its order, for the candidates not settled yet.
+    has_space = end > after
+    boundary = is_blank | has_cjk | (has_space & has_bang)
+    open_ = ~skip & ~unknown & ~is_blank & ~has_cjk & has_space & ~has_bang & (end < size)
+    next_char = codes[np.minimum(end, last)]
+    beyond_table = next_char >= len(tables.is_lower)
+    unknown |= open_ & (tables.is_opener[next_char] | beyond_table)
+    open_ &= ~unknown
+    open_ &= ~tables.is_lower[np.where(beyond_table, 0, next_char)]  # "approx. five": not a boundary
+    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord("."))
+    boundary |= open_ & ~single_dot  # "...", "…" before a capital
+    open_ &= single_dot
+    # A lone period before a capital: the word before it, probed up to _WORD_PROBE characters back.
+    dots = np.flatnonzero(open_)
+    back = at[dots, None] - np.arange(1, _WORD_PROBE + 1)[None, :]
+    chars = codes[np.maximum(back, 0)]
+    is_break = (back < 0) | tables.is_space[chars]
+    word_length = np.where(is_break.any(axis=1), is_break.argmax(axis=1), _WORD_PROBE)
+    in_word = np.arange(_WORD_PROBE)[None, :] < word_length[:, None]
+    marked = (in_word & tables.is_dot_or_opener[chars]).any(axis=1)
+    unknown[dots[marked]] = True
+    # No word, or one longer than every listed abbreviation: the rules end the sentence.
+    boundary[dots[~marked & ((word_length == 0) | (word_length == _WORD_PROBE))]] = True
+    short = ~marked & (word_length > 0) & (word_length < _WORD_PROBE)
+    for index, length in zip(dots[short].tolist(), word_length[short].tolist()):
+        start = int(at[index])
+        word = text[start - length : start]
+        if word.lower() in _LISTED_WORDS or (length == 1 and word.isalpha()):
+            unknown[index] = True
+        else:
+            boundary[index] = True
+
+    for index in np.flatnonzero(unknown).tolist():
+        decision = _evaluate(text, int(at[index]), int(after[index]))
+        if decision is None:
+            skip[index] = True
+        else:
+            end[index], boundary[index] = decision
+
+    # sentence_spans's loop over the decisions: stop at the first end at the text's
+    # end; cut at each boundary's end that is past the previous cut.
+    end, boundary = end[~skip], boundary[~skip]
+    at_text_end = np.flatnonzero(end >= size)
+    if len(at_text_end):
+        end, boundary = end[: at_text_end[0]], boundary[: at_text_end[0]]
+    cuts = end[boundary]
+    if len(cuts):
+        cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
+    bounds = np.concatenate(([0], cuts, [size])).tolist()
+    return list(zip(bounds, bounds[1:]))
+
+
+def _candidate_arrays(text: str, codes, tables: "_Tables"):
+    """``at, after, is_blank, has_cjk, has_bang`` of ``_CANDIDATE``'s matches, in text order (numpy).
+
+    Runs of ending characters are found on the code points (a regex character
+    class holding non-Latin-1 characters scans at ~40 ns per char); blank lines
+    by regex (its literal first character makes that scan fast).
+    """
+    import numpy as np
+
+    hits = np.flatnonzero(tables.is_ending[codes])
+    blanks = np.array([m.span() for m in _BLANK_LINE.finditer(text)], dtype=np.int64).reshape(-1, 2)
     if len(hits):
-        gaps = np.flatnonzero(np.diff(hits) != 1) + 1
-        starts = hits[np.concatenate(([0], gaps))]
-        ends = hits[np.concatenate((gaps - 1, [len(hits) - 1]))] + 1
-        has_cjk = np.maximum.reduceat(is_cjk_ending[codes[hits]], np.concatenate(([0], gaps)))
-        following = codes[np.minimum(ends, len(codes) - 1)]
-        inside_token = (ends < len(codes)) & (following < 128) & ascii_inside_token[np.minimum(following, 127)]
-        keep = ~inside_token | has_cjk
-        runs = list(zip(starts[keep].tolist(), ends[keep].tolist()))
-    blanks = [m.span() for m in _BLANK_LINE.finditer(text)]
-    return sorted(runs + blanks) if blanks else runs
+        firsts = np.concatenate(([0], np.flatnonzero(np.diff(hits) != 1) + 1))
+        starts = hits[firsts]
+        afters = hits[np.concatenate((firsts[1:] - 1, [len(hits) - 1]))] + 1
+        has_cjk = np.maximum.reduceat(tables.is_cjk_ending[codes[hits]], firsts)
+        has_bang = np.maximum.reduceat(tables.is_bang[codes[hits]], firsts)
+    else:
+        starts = afters = np.zeros(0, dtype=np.int64)
+        has_cjk = has_bang = np.zeros(0, dtype=bool)
+    no_flags = np.zeros(len(blanks), dtype=bool)
+    at = np.concatenate((starts, blanks[:, 0]))
+    order = np.argsort(at, kind="stable")  # runs and blank lines never overlap (disjoint characters)
+    return (
+        at[order],
+        np.concatenate((afters, blanks[:, 1]))[order],
+        np.concatenate((np.zeros(len(starts), dtype=bool), ~no_flags))[order],
+        np.concatenate((has_cjk, no_flags))[order],
+        np.concatenate((has_bang, no_flags))[order],
+    )
+
+
+class _Tables(NamedTuple):
+    """Per code point: the character classes the rules test (``str`` methods and sets, precomputed)."""
+
+    is_ending: Any
+    is_cjk_ending: Any
+    is_bang: Any  # ! or ?
+    is_space: Any  # str.isspace, which is also regex \s; no code point above U+3000 is whitespace
+    is_closer: Any
+    is_opener: Any
+    is_dot_or_opener: Any
+    is_lower: Any  # str.islower over the Basic Multilingual Plane (beyond it: _evaluate)
 
 
 @functools.cache
-def _scan_tables():
-    """Per code point: is an ending, is a CJK ending; per ASCII char: continues a token."""
+def _scan_tables() -> _Tables:
     import numpy as np
 
-    is_ending = np.zeros(sys.maxunicode + 1, dtype=bool)
-    is_ending[[ord(c) for c in ".!?…" + _CJK_ENDINGS]] = True
-    is_cjk_ending = np.zeros(sys.maxunicode + 1, dtype=bool)
-    is_cjk_ending[[ord(c) for c in _CJK_ENDINGS]] = True
-    inside_token = np.array([not chr(i).isspace() and chr(i) not in _CLOSERS for i in range(128)], dtype=bool)
-    return is_ending, is_cjk_ending, inside_token
+    def flags(chars: str):
+        table = np.zeros(sys.maxunicode + 1, dtype=bool)
+        table[[ord(c) for c in chars]] = True
+        return table
+
+    is_space = np.zeros(sys.maxunicode + 1, dtype=bool)
+    is_space[: _LAST_SPACE + 1] = [chr(i).isspace() for i in range(_LAST_SPACE + 1)]
+    return _Tables(
+        is_ending=flags(".!?…" + _CJK_ENDINGS),
+        is_cjk_ending=flags(_CJK_ENDINGS),
+        is_bang=flags("!?"),
+        is_space=is_space,
+        is_closer=flags(_CLOSERS),
+        is_opener=flags(_OPENERS),
+        is_dot_or_opener=flags("." + _OPENERS),
+        is_lower=np.array([chr(i).islower() for i in range(0x10000)], dtype=bool),
+    )
 
 
 def sentences(text: str) -> list[str]:
@@ -204,6 +357,22 @@ def _word_before(text: str, at: int) -> str:
     if not window or window[-1].isspace():
         return ""
     return window.rsplit(None, 1)[-1].lstrip(_OPENERS)
+
+
+def sentence_end_possible(text: str, lo: int, hi: int) -> bool:
+    """Whether ``ends_with_sentence_ending(text[s:k])`` may hold for some ``k`` in ``[lo, hi]``
+    where ``text[s:k]`` has no trailing whitespace (any ``s``).
+
+    ``False`` is certain: such a ``text[s:k]`` ends with an ending character at
+    some ``p < k`` followed only by closers, so ``p`` lies before ``hi`` and no
+    earlier than the closers just before ``lo``; without an ending character
+    there, none can. ``True`` only means possible. A cheap test (a character
+    search) that lets a caller skip segmenting a window.
+    """
+    first = lo
+    while first > 0 and text[first - 1] in _CLOSERS:
+        first -= 1
+    return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
 
 
 def ends_with_sentence_ending(text: str) -> bool:

@@ -49,7 +49,9 @@ Where we differ from the seed's reference, on purpose:
   are counted from that one encoding (``chunking.tokenizers.span_counter``,
   exact; any other tokenizer counts each span once). The accumulator sums span
   counts instead of re-tokenizing itself; only text that is not verbatim source
-  (a page join, a non-contiguous overlap) is encoded again. Inside the
+  (a page join, a non-contiguous overlap) is encoded again. The units of a
+  page, the chunks and the look-ahead overlaps are each counted in one
+  ``count_spans`` batch. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
 * The midpoint overlap is taken once per boundary-less run: pieces of a
@@ -82,10 +84,11 @@ overlap of a boundary-less run is taken once (the reference compounds it).
 
 from __future__ import annotations
 
-import re
 import bisect
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +98,7 @@ from chunking.segmenter import (
     SENTENCE_ENDINGS,
     WORD_BREAKS,
     ends_with_sentence_ending,
+    sentence_end_possible,
     sentence_spans,
 )
 from chunking.strategies import StrategySpec
@@ -140,9 +144,12 @@ class SentenceConfig(BaseModel):
         return self.max_section_length * self.semantic_overlap_percent // 100
 
 
-@dataclass(frozen=True)
-class Unit:
-    """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure."""
+class Unit(NamedTuple):
+    """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure.
+
+    A named tuple: one is made per sentence of the document, and a tuple is the
+    cheapest immutable record to create.
+    """
 
     start: int
     end: int
@@ -227,6 +234,15 @@ class _Splitter:
             return self.count_span(start, start + len(text))
         return self.count(text)
 
+    def count_many_at(self, texts: list[str], starts: list[int]) -> list[int]:
+        """``[count_at(t, s) for t, s in zip(texts, starts)]``, the verbatim ones in one ``count_spans`` batch."""
+        verbatim = [i for i, (text, start) in enumerate(zip(texts, starts)) if self.text.startswith(text, start)]
+        counted = count_spans(self.count_span, [starts[i] for i in verbatim], [starts[i] + len(texts[i]) for i in verbatim])
+        counts: list[int | None] = [None] * len(texts)
+        for i, n in zip(verbatim, counted):
+            counts[i] = n
+        return [self.count(text) if n is None else n for text, n in zip(texts, counts)]
+
     def tokens_within_cap(self, start: int, end: int, density: float = 0.0) -> tuple[int | None, float]:
         """The span's token count if it is within the cap (else ``None``), and its tokens per char.
 
@@ -248,25 +264,30 @@ class _Splitter:
 
     def page_units(self, page: int, start: int, end: int) -> list[Unit]:
         """Figures and sentence spans of one page, oversized spans already split."""
-        spans: list[tuple[int, int, bool]] = []
+        spans: list[tuple[int, int]] = []
+        figures: set[int] = set()  # indexes into spans
         at = start
         for match in FIGURE.finditer(self.text, start, end):
-            spans.extend((s, e, False) for s, e in self.sentences(at, match.start()))
-            spans.append((match.start(), match.end(), True))
+            spans += self.sentences(at, match.start())
+            figures.add(len(spans))
+            spans.append(match.span())
             at = match.end()
-        spans.extend((s, e, False) for s, e in self.sentences(at, end))
+        spans += self.sentences(at, end)
+        counts = count_spans(self.count_span, [s for s, _ in spans], [e for _, e in spans])
         units: list[Unit] = []
-        counts = count_spans(self.count_span, [s for s, _, _ in spans], [e for _, e, _ in spans])
-        for (s, e, is_figure), n in zip(spans, counts):
-            if is_figure or n <= self.cap:
-                units.append(Unit(s, e, page, n, is_figure))
+        cap = self.cap
+        for i, ((s, e), n) in enumerate(zip(spans, counts)):
+            if n <= cap or i in figures:
+                units.append(Unit(s, e, page, n, i in figures))
                 continue
-            units.extend(Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e))
+            units += [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e)]
         return units
 
     def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         if self.config.reference_mode:
             return self.reference_sentences(start, end)
+        if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
+            return sentence_spans(self.text)
         return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -457,6 +478,8 @@ class _Splitter:
     # -- text ------------------------------------------------------------------------
 
     def join(self, units: list[Unit]) -> str:
+        if all(b.start == a.end and b.page == a.page for a, b in zip(units, units[1:])):
+            return self.text[units[0].start : units[-1].end] if units else ""  # contiguous: nothing to join
         parts: list[str] = []
         previous: Unit | None = None
         for unit in units:
@@ -499,7 +522,9 @@ class _Splitter:
         target = self.config.section_overlap
         if target <= 0:
             return
-        for current, following in zip(drafts, drafts[1:]):
+        candidates: list[tuple[_Draft, _Draft, str]] = []
+        figures = [draft.figure for draft in drafts] if not self.config.reference_mode else []
+        for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
             if self.config.reference_mode:
                 if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
                     continue
@@ -508,14 +533,22 @@ class _Splitter:
                 if current.home != following.home and not self.reference_continues(current.text, following.text):
                     continue
             else:
-                if current.figure or following.figure:
+                if figures[i] or figures[i + 1]:
                     continue
                 if current.home != following.home and not self.continues_across_pages(current.text, following.text):
                     continue
             prefix = self.overlap_prefix(following.text, target)
             if not prefix or current.text.endswith(prefix):
                 continue
-            self.append_overlap(current, following, prefix)
+            candidates.append((current, following, prefix))
+        # Each pair's overlap depends on that pair alone: the prefixes are counted in one batch.
+        if self.config.reference_mode:
+            for current, following, prefix in candidates:
+                self.append_reference_overlap(current, following, prefix)
+            return
+        prefix_counts = self.count_many_at([p for _, _, p in candidates], [self.text_start(f) for _, f, _ in candidates])
+        for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
+            self.append_overlap(current, following, prefix, prefix_tokens)
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -565,7 +598,9 @@ class _Splitter:
         if len(text) <= target:
             return ""
         reach = min(len(text), target + max(target // 2, 1))
-        window = text[: reach + 1]
+        # A qualifying sentence end is rstripped and passes ends_with_sentence_ending:
+        # most windows (over half in prose) can be ruled out by a character search.
+        window = text[: reach + 1] if sentence_end_possible(text, target, reach) else ""
         for start, end in sentence_spans(window):
             if end == len(window) < len(text):
                 break  # cut by the window, not by the segmenter
@@ -594,22 +629,21 @@ class _Splitter:
     def through_last_break_pattern(self) -> re.Pattern[str]:
         return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
-    def append_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
-        """Append ``prefix`` to ``current`` if it fits the cap and the tolerant budget; shrink otherwise."""
-        if self.config.reference_mode:
-            self.append_reference_overlap(current, following, prefix)
-            return
-        else:
-            joiner = self.overlap_joiner(current, following, prefix)
-            current_tokens = current.tokens
+    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int | None) -> None:
+        """Append ``prefix`` (``prefix_tokens`` tokens, ``None``: not counted yet) to ``current``
+        if it fits the cap and the tolerant budget; shrink it otherwise."""
+        joiner = self.overlap_joiner(current, following, prefix)
         room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-        room_tokens = self.cap - current_tokens - (1 if joiner else 0)
+        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
         while prefix:
-            if len(prefix) <= room_chars and self.count_at(prefix, self.text_start(following)) <= room_tokens:
-                current.overlap = joiner + prefix
-                current.overlap_end = self.source_end_of_prefix(following, prefix)
-                return
-            prefix = self.trim_partial_word(prefix)
+            if len(prefix) <= room_chars:  # counted only once it fits the characters
+                if prefix_tokens is None:
+                    prefix_tokens = self.count_at(prefix, self.text_start(following))
+                if prefix_tokens <= room_tokens:
+                    current.overlap = joiner + prefix
+                    current.overlap_end = self.source_end_of_prefix(following, prefix)
+                    return
+            prefix, prefix_tokens = self.trim_partial_word(prefix), None
 
     def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """The reference's append: the prefix joined directly; over the tolerant budget or
@@ -648,13 +682,10 @@ class _Splitter:
 
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
         chunks: list[Chunk] = []
-        for draft in drafts:
-            text = draft.text + draft.overlap
-            first = draft.units[0]
-            if len(draft.units) == 1 and len(text) == first.end - first.start and self.text.startswith(text, first.start):
-                tokens = first.tokens  # one unmodified unit: counted already
-            else:
-                tokens = self.count_at(text, self.text_start(draft))
+        texts = [draft.text + draft.overlap for draft in drafts]
+        counts = self.count_many_at(texts, [self.text_start(draft) for draft in drafts])
+        page_offsets = [page.char_offset for page in doc.pages]
+        for draft, text, tokens in zip(drafts, texts, counts):
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
@@ -662,7 +693,7 @@ class _Splitter:
             if tokens > self.cap and not draft.figure:
                 chunks.extend(self.resplit(doc, draft))
                 continue
-            chunks.append(self.make_chunk(doc, draft, text, tokens))
+            chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets))
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
@@ -671,7 +702,7 @@ class _Splitter:
         out: list[Chunk] = []
         for unit in draft.units:
             for start, end, _ in self.split_oversized(unit.start, unit.end):
-                piece = _Draft([replace(unit, start=start, end=end)], draft.home)
+                piece = _Draft([unit._replace(start=start, end=end)], draft.home)
                 if self.assemble(piece):
                     out.append(self.make_chunk(doc, piece, piece.text, self.count(piece.text)))
         return out
@@ -682,7 +713,9 @@ class _Splitter:
         raw = self.text[first.start : first.end]
         return first.end - len(raw.lstrip())
 
-    def make_chunk(self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int) -> Chunk:
+    def make_chunk(
+        self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
+    ) -> Chunk:
         first, last = draft.units[0], draft.units[-1]
         raw_first = self.text[first.start : first.end]
         raw_last = self.text[last.start : last.end]
@@ -691,8 +724,8 @@ class _Splitter:
         if draft.overlap:
             end = max(end, draft.overlap_end)
         start, end = min(start, end), max(start, end)
-        pages = [doc.pages[u.page].page_num for u in draft.units]
-        page_end = doc.page_at(end - 1) if draft.overlap and end > start else max(pages)
+        pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
+        page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
         metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
         if draft.figure:
             metadata["cap_exempt"] = "figure"

@@ -19,7 +19,9 @@ non-whitespace character. Sizes are exact tokens of the tokenizer argument
 (``unit="tokens"``), characters (``unit="chars"``), or ceil(chars/4) when
 ``estimate`` is chosen, as the service seed does. The document is tokenized
 once: sentence and chunk sizes are counts of source spans, answered from that
-one encoding (``chunking.tokenizers.span_counter``).
+one encoding (``chunking.tokenizers.span_counter``), all sentences in one
+``count_spans`` batch and all chunks in another; the recursive split of an
+oversized sentence counts its pieces from the same encoding (``_SliceTokenizer``).
 
 Where we differ from the seeds, on purpose:
 
@@ -42,7 +44,7 @@ Where we differ from the seeds, on purpose:
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,7 +52,15 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
-from chunking.tokenizers import CharTokenizer, EstimateTokenizer, SpanCount, Tokenizer, span_counter
+from chunking.tokenizers import (
+    CharTokenizer,
+    EstimateTokenizer,
+    SpanCount,
+    Tokenizer,
+    count_spans,
+    count_tokens,
+    span_counter,
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ADR-003: 3000-char target, 20% overlap, 500..5000 chars.
@@ -133,8 +143,8 @@ def chunk_sentence_window(
     spans = window_spans(doc.text, config, tokenizer, count if config.unit == "tokens" else None)
     cap = config.token_cap
     chunks: list[Chunk] = []
-    for start, end in spans:
-        n = count(start, end)
+    counts = count_spans(count, [start for start, _ in spans], [end for _, end in spans])
+    for (start, end), n in zip(spans, counts):
         if cap is not None and n > cap:
             # Sentence sizes summed within the cap but BPE counts the joined text
             # higher (rare): re-split that window so the cap stays a guarantee.
@@ -171,20 +181,65 @@ def _units(
 ) -> list[tuple[int, int, int]]:
     """Sentences as ``(start, end, size)``, oversized ones split unless allowed."""
     max_size, split_oversize = config.max_size, not config.allow_oversize_sentences
+    # A huge sentence whose prefix is already over the max needs no full count
+    # when it is going to be split anyway (the 2 MB one-line file); the others
+    # are counted in one batch.
+    huge = 32 * max_size if split_oversize else len(text)
+    spans = sentence_spans(text)
+    ordinary = [(start, end) for start, end in spans if end - start <= huge]
+    ordinary_sizes = iter(count_spans(count, [start for start, _ in ordinary], [end for _, end in ordinary]))
     units: list[tuple[int, int, int]] = []
-    for start, end in sentence_spans(text):
-        # A huge sentence whose prefix is already over the max needs no full count
-        # when it is going to be split anyway (the 2 MB one-line file).
-        if split_oversize and end - start > 32 * max_size and count(start, start + 16 * max_size) > max_size:
+    for start, end in spans:
+        if end - start <= huge:
+            size = next(ordinary_sizes)
+        elif count(start, start + 16 * max_size) > max_size:
             size = max_size + 1
         else:
             size = count(start, end)
         if size <= max_size or not split_oversize:
             units.append((start, end, size))
             continue
-        pieces = split_recursive(text[start:end], measure, config.max_size, 0, CJK_SEPARATORS)
+        sentence = text[start:end]
+        pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), config.max_size, 0, CJK_SEPARATORS)
         units.extend((start + p.start, start + p.end, p.tokens) for p in pieces)
     return units
+
+
+class _SliceTokenizer:
+    """``tokenizer``, except that spans of ``text`` (a slice of the document at ``offset``)
+    are counted by the document's counter: the recursive split of one oversized
+    sentence then counts its pieces from the document's single encoding."""
+
+    def __init__(self, tokenizer: Tokenizer, text: str, document_count: SpanCount, offset: int) -> None:
+        self.tokenizer, self.text, self.document_count, self.offset = tokenizer, text, document_count, offset
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    def count(self, text: str) -> int:
+        return count_tokens(self.tokenizer, text)
+
+    def span_counter(self, text: str) -> SpanCount:
+        if text is not self.text:
+            return span_counter(self.tokenizer, text)
+        return _OffsetCount(self.document_count, self.offset)
+
+
+class _OffsetCount:
+    """``count(start, end)`` of a slice, answered by the document's counter at ``offset``."""
+
+    def __init__(self, document_count: SpanCount, offset: int) -> None:
+        self.document_count, self.offset = document_count, offset
+
+    def __call__(self, start: int, end: int) -> int:
+        return self.document_count(start + self.offset, end + self.offset)
+
+    def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
+        offset = self.offset
+        return count_spans(self.document_count, [s + offset for s in starts], [e + offset for e in ends])
 
 
 def _group(units: list[tuple[int, int, int]], config: SentenceWindowConfig) -> list[tuple[int, int]]:

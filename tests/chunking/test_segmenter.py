@@ -1,10 +1,19 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunking.segmenter import ends_with_sentence_ending, sentence_spans, sentences
+from chunking.segmenter import (
+    _VECTOR_SCAN_CHARS,
+    _long_text_spans,
+    _spans_candidate_by_candidate,
+    ends_with_sentence_ending,
+    sentence_spans,
+    sentences,
+)
 
 
 def test_service_seed_basic_split():
@@ -106,3 +115,38 @@ def test_spans_are_contiguous_and_lossless(text):
         assert start == position and end > start
         position = end
     assert position == len(text)
+
+
+# Long texts take the numpy path (_long_text_spans), which settles most candidates
+# itself and hands the rest to the per-candidate rules: it must cut exactly where the
+# rules cut one candidate at a time. Pieces aim at each branch of those rules.
+_LONG_TEXT_PIECES = st.sampled_from(
+    [
+        "word", "Longerword", "x", "J", "Dr", "dr", "No", "no", "fig", "Inc", "approx", "e.g", "U.S", "os.path",
+        "0.95", "5", "The", "the", "über", "Éclair", "中文", "日本語", "😀", "𝐀bc", "ǅ",
+        ". ", ".", "! ", "?! ", "... ", "…", "。", "！", "？", "‼", ".\u3000", ".\u2029",
+        "\"", "'", "”", "」", "）", "(", "“", "「", "«",
+        " ", "  ", "\n", "\n\n", "\n  \n", "\t", " " * 40, "\n" + " " * 45 + "\n",
+    ]
+)  # fmt: skip
+_FILLER = "Filler words here. "
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LONG_TEXT_PIECES, min_size=1, max_size=400))
+def test_long_text_path_cuts_where_the_rules_cut(pieces):
+    text = "".join(pieces)
+    # Padding on both sides: the pieces' own text sits at the start, the middle and the end.
+    text = text + _FILLER * (1 + (_VECTOR_SCAN_CHARS - len(text)) // len(_FILLER)) + text
+    assert len(text) >= _VECTOR_SCAN_CHARS
+    assert _long_text_spans(text) == _spans_candidate_by_candidate(text)
+    assert sentence_spans(text) == _long_text_spans(text)
+
+
+def test_long_text_path_on_the_corpus_cuts_where_the_rules_cut():
+    corpus = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "txt"
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(corpus.glob("*.txt"))]
+    texts = [t for t in texts if len(t) >= _VECTOR_SCAN_CHARS]
+    assert len(texts) >= 3, f"expected the corpus text files under {corpus}"
+    for text in texts:
+        assert _long_text_spans(text) == _spans_candidate_by_candidate(text)

@@ -269,3 +269,35 @@ def test_long_texts_are_segmented_exactly_as_by_the_regex_scan(monkeypatch):
     for text, spans in zip(texts, vectorised):
         assert spans == segmenter.sentence_spans(text)
         assert "".join(text[s:e] for s, e in spans) == text
+
+
+# The look-ahead overlap skips segmenting a window of the next chunk when
+# ``sentence_end_possible`` rules out a sentence end in [target, reach]: the prefix
+# must be what segmenting the window would have given.
+_OVERLAP_PIECES = ["word", "Dr", "e.g", "0.95", ".", ". ", "! ", "?", "...", "…", "。", ")", "\"", "」", "” ", " ", "\n", "\n\n", ",", "中文"]
+
+
+def _overlap_prefixes(texts: list[str], target: int) -> list[str]:
+    from chunking.strategies.sentence import _Splitter
+
+    splitter = _Splitter("", SentenceConfig(), TiktokenTokenizer())
+    return [splitter.native_overlap_prefix(text, target) for text in texts]
+
+
+def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatch):
+    import random
+
+    import chunking.strategies.sentence as sentence_module
+
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(_OVERLAP_PIECES) for _ in range(rng.randint(5, 80))).strip() for _ in range(3000)]
+    corpus = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "html" / "library_stdtypes.html"
+    doc = ParsedDocument.from_text(re.sub(r"<[^>]+>", " ", corpus.read_text(encoding="utf-8")))
+    texts += [c.text for c in chunk_sentence(doc, SentenceConfig(semantic_overlap_percent=0), TiktokenTokenizer())]
+    for target in (10, 40, 100):
+        shortcut = _overlap_prefixes(texts, target)
+        monkeypatch.setattr(sentence_module, "sentence_end_possible", lambda text, lo, hi: True)
+        segmented = _overlap_prefixes(texts, target)
+        monkeypatch.undo()
+        assert shortcut == segmented
+    assert sum(p != "" for p in shortcut) > 1000  # the texts do reach past the target
