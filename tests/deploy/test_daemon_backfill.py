@@ -31,13 +31,14 @@ From the instance (PostgreSQL) and the lake it proves that
 from __future__ import annotations
 
 import shutil
+import sys
 import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from cluster_checks import alive, assert_every_document_once, cluster_instance, read_lake
+from cluster_checks import assert_every_document_once, cluster_instance, read_lake, still_running
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "docs"
@@ -204,7 +205,15 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     cluster = LocalCluster(cluster_root, workers=0, max_concurrent_runs=MAX_CONCURRENT_RUNS,
                            webserver_port=_free_port(), extra_env=run_env)
     sessions: list[int] = []
+    # Seconds from the start at each stage, printed at the end (pytest -s shows them): where the time goes.
+    started = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def mark(stage: str) -> None:
+        marks[stage] = round(time.monotonic() - started, 1)
+
     with cluster:
+        mark("postgres + webserver up")
         postgres_pid = cluster.server.get_pid()
         sessions.append(cluster.service_procs["webserver"].pid)
 
@@ -221,7 +230,9 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
             "partitionNames": documents, "assetSelection": [{"path": a} for a in document_assets]}})[
             "launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
+        mark("backfill submitted")
         cluster.start_daemon()
+        mark("daemon up")
         sessions.append(cluster.service_procs["daemon"].pid)
         with cluster_instance(cluster.env, monkeypatch) as instance:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
@@ -230,6 +241,7 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
                         BulkActionStatus.COMPLETED, BulkActionStatus.FAILED, BulkActionStatus.CANCELED}
             _wait(lambda: instance.get_backfill(backfill_id).status in terminal, BACKFILL_TIMEOUT_S,
                   "the backfill finishing", cluster)
+            mark("backfill done")
             assert instance.get_backfill(backfill_id).status == BulkActionStatus.COMPLETED_SUCCESS
             backfill_runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: backfill_id}))
             partition_order = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
@@ -254,7 +266,9 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
             _wait(lambda: all(_latest_materialization_time(instance, asset, EDITED) > edit_started
                               for asset in document_assets),
                   FOLLOW_UP_TIMEOUT_S, f"every asset of {EDITED} materialized again", cluster)
+            mark("edited document refreshed")
             _wait(lambda: _all_runs_finished(instance), FOLLOW_UP_TIMEOUT_S, "every run finishing", cluster)
+            mark("every run finished")
             all_records = instance.get_run_records()
             all_runs = [record.dagster_run for record in all_records]
             created = {record.dagster_run.run_id: record.create_timestamp.timestamp() for record in all_records}
@@ -301,5 +315,4 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     assert not any(MARKER in t for texts in lake_after_backfill.texts.values() for t in texts)
 
     # -- nothing started by the cluster is left running ----------------------------------------
-    assert not alive(postgres_pid)
-    assert not [pid for session in sessions for pid in _session_members(session)]
+    assert not still_running([postgres_pid] + [pid for session in sessions for pid in _session_members(session)])
