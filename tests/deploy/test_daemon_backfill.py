@@ -283,7 +283,7 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     # Where the time goes (pytest -s shows it): the stages, and each run's start and end.
     first_start = min(start for start, _ in all_intervals)
     print("stages, s since the test started:", marks, file=sys.stderr)
-    print("runs (sensor or backfill, partition or range start, start s, end s):", sorted(
+    print("runs (start s, end s, launched by, partition or range start):", sorted(
         (round(start - first_start), round(end - first_start),
          run.tags.get(SENSOR_NAME_TAG) or ("backfill" if BACKFILL_ID_TAG in run.tags else "-"),
          run.tags.get(PARTITION_NAME_TAG) or run.tags.get(ASSET_PARTITION_RANGE_START_TAG) or "-")
