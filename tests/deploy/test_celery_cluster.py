@@ -14,30 +14,17 @@ deploy/README.md tells a user. It proves that
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from cluster_checks import assert_every_document_once, cluster_instance, read_lake, still_running
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "examples" / "docs"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) is not running anything.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]], list]:
@@ -61,16 +48,6 @@ def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, 
     return workers, succeeded, runs
 
 
-@pytest.fixture
-def cluster_root():
-    # Not under pytest's temp root: run as root, pgserver runs PostgreSQL as its own user,
-    # and a pytest session starting meanwhile resets that root to 0700 (tests/store does the same).
-    root = Path(tempfile.mkdtemp(prefix="chunkyard-cluster-"))
-    os.chmod(root, 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.e2e
 @pytest.mark.model
 def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
@@ -88,36 +65,16 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
         # The run history is in the cluster's PostgreSQL, read here as any machine would.
-        from dagster import DagsterInstance, DagsterRunStatus
-        from dagster._core.instance.ref import InstanceRef
-
-        for key in ("DAGSTER_HOME", "CHUNKYARD_DAGSTER_PG_URL", "CHUNKYARD_MAX_CONCURRENT_RUNS"):
-            monkeypatch.setenv(key, cluster.env[key])
-        instance = DagsterInstance.from_ref(InstanceRef.from_dir(cluster.env["DAGSTER_HOME"]))
-        try:
+        with cluster_instance(cluster.env, monkeypatch) as instance:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             # The queue's limit comes from the environment (CHUNKYARD_MAX_CONCURRENT_RUNS).
             assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
             workers, succeeded, runs = _celery_steps(instance)
-        finally:
-            instance.dispose()
 
         # Every document's chunks landed once in the lake, for every strategy, one embedding per chunk.
-        from resources.store import ChunkStore, LakeConfig, close_lakes
+        lake = read_lake(cluster.env, tmp_path)
 
-        lake = LakeConfig(catalog=cluster.env["CHUNKYARD_STORE_CATALOG"],
-                          data_path=cluster.env["CHUNKYARD_STORE_DATA_PATH"])
-        try:
-            with ChunkStore(tmp_path / "reader.duckdb", lake=lake).connect(read_only=True) as con:
-                documents = {row[0] for row in con.sql(
-                    "SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
-                per_doc = con.sql("""
-                    SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
-                    FROM chunks GROUP BY ALL""").fetchall()
-                embedded = dict(((d, s), n) for d, s, n in con.sql(
-                    "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall())
-        finally:
-            close_lakes()  # before the cluster stops PostgreSQL
+    from dagster import DagsterRunStatus
 
     assert runs and all(run.status == DagsterRunStatus.SUCCESS for run in runs)
     assert succeeded, "no step succeeded"
@@ -126,15 +83,8 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
     assert set(workers.values()) == set(worker_names), (
         f"steps ran on {sorted(set(workers.values()))}, workers were {worker_names}")
 
-    from chunking.strategies import all_strategies
-
     expected_docs = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
-    assert documents == expected_docs
-    strategies = {spec.name for spec in all_strategies()}
-    assert {(d, s) for d, s, *_ in per_doc} == {(d, s) for d in documents for s in strategies}
-    for doc_id, strategy, rows, distinct, first, last in per_doc:
-        assert rows == distinct == last + 1 and first == 0, (doc_id, strategy, rows, distinct, first, last)
-        assert embedded.get((doc_id, strategy)) == rows, (doc_id, strategy)
+    assert_every_document_once(lake, expected_docs)
 
     # Nothing started by the cluster is left running.
-    assert not [pid for pid in worker_pids + [postgres_pid] if _alive(pid)]
+    assert not still_running(worker_pids + [postgres_pid])

@@ -1,0 +1,332 @@
+"""deploy/ with its daemon and webserver: a backfill runs as range runs, the queue's limit holds.
+
+One purposeful, slow test. deploy/local_cluster.py starts PostgreSQL (Dagster's instance on
+deploy/dagster.yaml, the DuckLake catalog), ``dagster-webserver`` and ``dagster-daemon`` on
+deploy/workspace.yaml, as deploy/README.md tells a user. Through the webserver's GraphQL
+(the calls the UI makes) the test stops the documents sensor, adds the six documents'
+partitions and launches a partition backfill of every document asset; the daemon does the
+rest. Range size 2 (CHUNKYARD_DOCUMENTS_PER_RUN) and a queue of 2
+(CHUNKYARD_MAX_CONCURRENT_RUNS): three range runs, so the queue must hold one back.
+The runs execute their steps in their own process (CHUNKYARD_EXECUTOR=in_process): the
+celery executor is tests/deploy/test_celery_cluster.py's subject, and the daemon does not
+care which executor a run uses.
+
+From the instance (PostgreSQL) and the lake it proves that
+
+* the backfill made three runs, each over its own range of two documents (disjoint, covering
+  all six), each materializing only its own documents, every asset of every document once;
+* at most CHUNKYARD_MAX_CONCURRENT_RUNS runs were running at any moment, and at least two
+  overlapped (RUN_START to RUN_SUCCESS events);
+* every run succeeded and the lake holds every document's chunks once per strategy;
+* declarative automation requested nothing for documents the backfill had in hand;
+* then, with the documents sensor started again, one file edited and another only touched,
+  the sensor (ticked by the daemon) requests one run for the edited document only,
+  raw_documents, and declarative
+  automation (the daemon's automation sensor) brings that document's parse, chunks and
+  embeddings up to date: the lake holds its new text for every strategy, the other
+  documents' chunks are unchanged;
+* nothing the cluster started outlives it (webserver, daemon, their code servers and runs,
+  PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_checks import assert_every_document_once, cluster_instance, read_lake, still_running
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples" / "docs"
+DOCS_PER_RUN = 2
+MAX_CONCURRENT_RUNS = 2
+EDITED = "field-guide.txt"
+TOUCHED = "getting-started.md"
+MARKER = "Quokkalighthouse"  # a word no example document contains
+# Failure bounds only (the machine may be loaded); the test is done when the work is.
+BACKFILL_TIMEOUT_S = 1200
+FOLLOW_UP_TIMEOUT_S = 900
+
+REPOSITORY = {"repositoryName": "__repository__", "repositoryLocationName": "chunkyard"}
+ERROR = "__typename ... on Error { message }"
+SENSOR = f"""query ($selector: SensorSelector!) {{ sensorOrError(sensorSelector: $selector) {{
+    {ERROR} ... on Sensor {{ sensorState {{ id status }} }} }} }}"""
+STOP_SENSOR = f"""mutation ($id: String) {{ stopSensor(id: $id) {{
+    {ERROR} ... on StopSensorMutationResult {{ instigationState {{ status }} }} }} }}"""
+START_SENSOR = f"""mutation ($selector: SensorSelector!) {{ startSensor(sensorSelector: $selector) {{
+    {ERROR} ... on Sensor {{ sensorState {{ status }} }} }} }}"""
+ADD_PARTITION = f"""mutation ($repo: RepositorySelector!, $name: String!, $key: String!) {{
+    addDynamicPartition(repositorySelector: $repo, partitionsDefName: $name, partitionKey: $key) {{ {ERROR} }} }}"""
+LAUNCH_BACKFILL = f"""mutation ($params: LaunchBackfillParams!) {{ launchPartitionBackfill(backfillParams: $params) {{
+    {ERROR} ... on LaunchBackfillSuccess {{ backfillId }} }} }}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _documents_folder(root: Path) -> Path:
+    """examples/docs plus two renamed copies with a line of their own: six documents, three ranges."""
+    docs = root / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    (docs / "copies").mkdir()
+    for name in ("field-guide.txt", "getting-started.md"):
+        text = (EXAMPLES / name).read_text(encoding="utf-8")
+        (docs / "copies" / name).write_text(f"A second copy of {name}, kept under copies/.\n\n{text}", encoding="utf-8")
+    return docs
+
+
+def _document_assets() -> list[list[str]]:
+    from chunking.strategies import all_strategies
+
+    names = ["raw_documents", "parsed_documents"]
+    for spec in all_strategies():
+        names += [f"chunks_{spec.name}", f"embeddings_{spec.name}"]
+    return [[name] for name in names]
+
+
+def _ok(result: dict, typename: str) -> dict:
+    assert result["__typename"] == typename, result
+    return result
+
+
+def _sensor_selector(name: str) -> dict:
+    return {**REPOSITORY, "sensorName": name}
+
+
+def _wait(condition, timeout_s: float, what: str, cluster) -> None:
+    """Poll ``condition`` until true; fail at once if the daemon died, with its log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        cluster.check_alive("daemon")
+        if condition():
+            return
+        time.sleep(2.0)
+    pytest.fail(f"{what}: not within {timeout_s:.0f} s; the daemon's log ends:\n{cluster.service_log('daemon', 60)}")
+
+
+def _run_interval(instance, run_id: str) -> tuple[float, float]:
+    """(RUN_START, RUN_SUCCESS or RUN_FAILURE) timestamps of a finished run, from its event log."""
+    from dagster import DagsterEventType
+
+    records = instance.all_logs(run_id, of_type={
+        DagsterEventType.RUN_START, DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE})
+    starts = [r.timestamp for r in records if r.dagster_event.event_type == DagsterEventType.RUN_START]
+    ends = [r.timestamp for r in records if r.dagster_event.event_type != DagsterEventType.RUN_START]
+    assert len(starts) == 1 and len(ends) == 1, (run_id, records)
+    return starts[0], ends[0]
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant (one ending as another starts: not overlapping)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = open_now = 0
+    for _, step in edges:  # at equal times -1 sorts first
+        open_now += step
+        most = max(most, open_now)
+    return most
+
+
+def test_max_overlap():
+    assert max_overlap([(0, 2), (1, 3), (2, 4)]) == 2
+    assert max_overlap([(0, 1), (1, 2)]) == 1
+    assert max_overlap([(0, 10), (1, 2), (3, 4), (1.5, 3.5)]) == 3
+
+
+def _materialized_partitions(instance, run_id: str) -> list[tuple[str, str]]:
+    """(asset name, partition) of every materialization in the run's event log."""
+    from dagster import DagsterEventType
+
+    return [(r.dagster_event.asset_key.to_user_string(), r.dagster_event.partition)
+            for r in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)]
+
+
+def _latest_materialization_time(instance, asset: list[str], partition: str) -> float:
+    from dagster import AssetKey, AssetRecordsFilter
+
+    result = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition]), limit=1, ascending=False)
+    return result.records[0].timestamp if result.records else 0.0
+
+
+def _all_runs_finished(instance) -> bool:
+    from dagster import DagsterRunStatus, RunsFilter
+
+    unfinished = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                  DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+    return not instance.get_runs(RunsFilter(statuses=unfinished))
+
+
+def _session_members(session_id: int) -> list[int]:
+    """Live processes whose session is ``session_id`` (each service runs in its own session)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path, cluster_root, monkeypatch):
+    from dagster import DagsterRunStatus, RunsFilter
+    from dagster._core.execution.backfill import BulkActionStatus
+    from dagster._core.storage.tags import (
+        ASSET_PARTITION_RANGE_END_TAG,
+        ASSET_PARTITION_RANGE_START_TAG,
+        AUTOMATION_CONDITION_TAG,
+        BACKFILL_ID_TAG,
+        PARTITION_NAME_TAG,
+        SENSOR_NAME_TAG,
+    )
+
+    from assets.partitions import DOCUMENTS_PARTITIONS_NAME
+    from deploy.local_cluster import LocalCluster
+
+    docs = _documents_folder(cluster_root)
+    documents = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*") if p.is_file())
+    assert len(documents) == 6 and EDITED in documents
+    document_assets = _document_assets()
+    run_env = {
+        "CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"),
+        "CHUNKYARD_DOCS": str(docs),
+        "CHUNKYARD_EXECUTOR": "in_process",
+        "CHUNKYARD_DOCUMENTS_PER_RUN": str(DOCS_PER_RUN),
+    }
+    cluster = LocalCluster(cluster_root, workers=0, max_concurrent_runs=MAX_CONCURRENT_RUNS,
+                           webserver_port=_free_port(), extra_env=run_env)
+    sessions: list[int] = []
+    # Seconds from the start at each stage, printed at the end (pytest -s shows them): where the time goes.
+    started = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def mark(stage: str) -> None:
+        marks[stage] = round(time.monotonic() - started, 1)
+
+    with cluster:
+        mark("postgres + webserver up")
+        postgres_pid = cluster.server.get_pid()
+        sessions.append(cluster.service_procs["webserver"].pid)
+
+        # -- through the webserver, as a user in the UI: sensor off, partitions, backfill --------
+        state = _ok(cluster.graphql(SENSOR, {"selector": _sensor_selector("documents_sensor")})["sensorOrError"],
+                    "Sensor")["sensorState"]
+        assert state["status"] == "RUNNING"  # its default: it would ingest the folder itself
+        stopped = _ok(cluster.graphql(STOP_SENSOR, {"id": state["id"]})["stopSensor"], "StopSensorMutationResult")
+        assert stopped["instigationState"]["status"] == "STOPPED"
+        for key in documents:
+            _ok(cluster.graphql(ADD_PARTITION, {"repo": REPOSITORY, "name": DOCUMENTS_PARTITIONS_NAME, "key": key})[
+                "addDynamicPartition"], "AddDynamicPartitionSuccess")
+        backfill_id = _ok(cluster.graphql(LAUNCH_BACKFILL, {"params": {
+            "partitionNames": documents, "assetSelection": [{"path": a} for a in document_assets]}})[
+            "launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
+
+        mark("backfill submitted")
+        cluster.start_daemon()
+        mark("daemon up")
+        sessions.append(cluster.service_procs["daemon"].pid)
+        with cluster_instance(cluster.env, monkeypatch) as instance:
+            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == MAX_CONCURRENT_RUNS
+            terminal = {BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED,
+                        BulkActionStatus.COMPLETED, BulkActionStatus.FAILED, BulkActionStatus.CANCELED}
+            _wait(lambda: instance.get_backfill(backfill_id).status in terminal, BACKFILL_TIMEOUT_S,
+                  "the backfill finishing", cluster)
+            mark("backfill done")
+            assert instance.get_backfill(backfill_id).status == BulkActionStatus.COMPLETED_SUCCESS
+            backfill_runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: backfill_id}))
+            partition_order = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
+            backfill_intervals = [_run_interval(instance, run.run_id) for run in backfill_runs]
+            ranges = {}
+            materialized: list[tuple[str, str]] = []
+            for run in backfill_runs:
+                first = partition_order.index(run.tags[ASSET_PARTITION_RANGE_START_TAG])
+                last = partition_order.index(run.tags[ASSET_PARTITION_RANGE_END_TAG])
+                ranges[run.run_id] = partition_order[first:last + 1]
+                own = _materialized_partitions(instance, run.run_id)
+                assert {doc for _, doc in own} == set(ranges[run.run_id]), (run.run_id, ranges[run.run_id], own)
+                materialized += own
+            lake_after_backfill = read_lake(cluster.env, tmp_path)
+
+            # -- the sensor, ticked by the daemon, and declarative automation ---------------------
+            edit_started = time.time()
+            with open(docs / EDITED, "a", encoding="utf-8") as handle:
+                handle.write(f"\n\nA late note: the {MARKER} stands where the cliff path ends.\n")
+            os.utime(docs / TOUCHED)  # a new mtime, the same bytes: the sensor must not ask for it
+            _ok(cluster.graphql(START_SENSOR, {"selector": _sensor_selector("documents_sensor")})["startSensor"],
+                "Sensor")
+            _wait(lambda: all(_latest_materialization_time(instance, asset, EDITED) > edit_started
+                              for asset in document_assets),
+                  FOLLOW_UP_TIMEOUT_S, f"every asset of {EDITED} materialized again", cluster)
+            mark("edited document refreshed")
+            _wait(lambda: _all_runs_finished(instance), FOLLOW_UP_TIMEOUT_S, "every run finishing", cluster)
+            mark("every run finished")
+            all_records = instance.get_run_records()
+            all_runs = [record.dagster_run for record in all_records]
+            created = {record.dagster_run.run_id: record.create_timestamp.timestamp() for record in all_records}
+            all_intervals = [_run_interval(instance, run.run_id) for run in all_runs]
+            lake_after_edit = read_lake(cluster.env, tmp_path)
+
+    mark("cluster stopped")
+    # Where the time goes (pytest -s shows it): the stages, and each run's start and end.
+    first_start = min(start for start, _ in all_intervals)
+    print("stages, s since the test started:", marks, file=sys.stderr)
+    print("runs (start s, end s, launched by, partition or range start):", sorted(
+        (round(start - first_start), round(end - first_start),
+         run.tags.get(SENSOR_NAME_TAG) or ("backfill" if BACKFILL_ID_TAG in run.tags else "-"),
+         run.tags.get(PARTITION_NAME_TAG) or run.tags.get(ASSET_PARTITION_RANGE_START_TAG) or "-")
+        for run, (start, end) in zip(all_runs, all_intervals)), file=sys.stderr)
+
+    # -- the backfill --------------------------------------------------------------------------
+    assert len(backfill_runs) == len(documents) // DOCS_PER_RUN == 3
+    assert all(run.status == DagsterRunStatus.SUCCESS for run in backfill_runs)
+    assert sorted(doc for docs_of_run in ranges.values() for doc in docs_of_run) == documents, ranges
+    assert all(len(r) == DOCS_PER_RUN for r in ranges.values()), ranges
+    assert sorted(materialized) == sorted({("/".join(a), d) for a in document_assets for d in documents}), (
+        "every asset of every document materialized exactly once by the backfill")
+    assert max_overlap(backfill_intervals) >= 2, f"no two range runs overlapped: {backfill_intervals}"
+    assert_every_document_once(lake_after_backfill, set(documents))
+
+    # -- the queue's limit, over every run the daemon launched ----------------------------------
+    assert all(run.status == DagsterRunStatus.SUCCESS for run in all_runs), [
+        (run.run_id, run.status, run.tags) for run in all_runs if run.status != DagsterRunStatus.SUCCESS]
+    assert max_overlap(all_intervals) <= MAX_CONCURRENT_RUNS, all_intervals
+
+    # -- automation stayed out of the backfill's documents; the sensor asked for the edit only ---
+    backfill_ids = {run.run_id for run in backfill_runs}
+    others = [run for run in all_runs if run.run_id not in backfill_ids]
+    sensor_runs = [run for run in others if run.tags.get(SENSOR_NAME_TAG) == "documents_sensor"]
+    assert len(sensor_runs) == 1, [(r.tags, r.asset_selection) for r in sensor_runs]
+    assert sensor_runs[0].tags[PARTITION_NAME_TAG] == EDITED
+    assert {key.to_user_string() for key in sensor_runs[0].asset_selection} == {"raw_documents"}
+    partitioned = [run for run in others if PARTITION_NAME_TAG in run.tags]
+    assert {run.tags[PARTITION_NAME_TAG] for run in partitioned} == {EDITED}, [
+        (r.tags.get(PARTITION_NAME_TAG), r.tags.get(SENSOR_NAME_TAG)) for r in partitioned]
+    follow_ups = [run for run in partitioned if run is not sensor_runs[0]]
+    assert follow_ups and all(run.tags.get(AUTOMATION_CONDITION_TAG) for run in follow_ups), [
+        r.tags for r in follow_ups]
+    assert all(created[run.run_id] > edit_started for run in partitioned)
+
+    # -- the lake: the edited document's new text in every strategy, the others untouched --------
+    assert_every_document_once(lake_after_edit, set(documents))
+    for (doc_id, strategy), texts in lake_after_edit.texts.items():
+        if doc_id == EDITED:
+            assert any(MARKER in text for text in texts), strategy
+        else:
+            assert texts == lake_after_backfill.texts[(doc_id, strategy)], (doc_id, strategy)
+    assert not any(MARKER in t for texts in lake_after_backfill.texts.values() for t in texts)
+
+    # -- nothing started by the cluster is left running ----------------------------------------
+    assert not still_running([postgres_pid] + [pid for session in sessions for pid in _session_members(session)])
