@@ -202,6 +202,8 @@ def main() -> None:
     parser.add_argument("--modes", default="vector")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
+    parser.add_argument("--score-only", action="store_true", help="score the configurations the --work copy "
+                        "already holds (with --keep-work), without chunking or embedding them again")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
                         "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
     args = parser.parse_args()
@@ -220,6 +222,9 @@ def main() -> None:
                 names.append(name)
 
     work = Path(args.work)
+    if args.score_only and not work.is_file():
+        sys.exit(f"--score-only: no work copy {work}")
+    args.keep_work = args.keep_work or args.score_only
     if not (args.keep_work and work.is_file()):
         shutil.copyfile(args.db, work)
     store = ChunkStore(work)
@@ -231,6 +236,12 @@ def main() -> None:
         con.execute("DELETE FROM chunks WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
     costs = {}
     for name in names:
+        if args.score_only:
+            with store.connect(read_only=True) as con:
+                if not con.execute("SELECT count(*) FROM chunk_embeddings WHERE strategy = ?", [name]).fetchone()[0]:
+                    sys.exit(f"--score-only: {work} holds no vectors of {name!r}; run without --score-only first")
+            costs[name] = {"embedded": 0, "embed_s": 0.0, "chunk_s": 0.0}
+            continue
         costs[name] = chunk_and_embed(store, known[name], settings.strategies, tokenizer, embedding, reuse)
         print(f"  {name}: {costs[name]['embedded']} texts embedded in {costs[name]['embed_s']:.0f} s", flush=True)
 
