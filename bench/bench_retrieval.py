@@ -17,7 +17,9 @@ cache (``--stored-chunks semantic`` takes the shipped semantic chunks from
 ``--db`` instead of embedding every sentence again), and every configuration is scored by search.evaluation.evaluate in one
 pass per mode, so the rows of one run are comparable. The table prints recall,
 precision, IoU and MRR at k, chunks, tokens, the texts embedded in this run
-and the seconds that took (0 when the cache held them all).
+and the seconds that took (0 when the cache held them all). ``--score-only`` scores
+what a work copy already holds (a run stopped part way, or the same rows in other
+modes) without chunking or embedding again.
 """
 
 from __future__ import annotations
