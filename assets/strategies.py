@@ -85,15 +85,18 @@ def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
 
 
 def build_strategy_assets(
-    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: bool = False
+    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: bool = False,
+    name: str | None = None,
 ) -> list[AssetsDefinition]:
     """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
-    with its document title and heading path prepended (search/context.py)."""
-    chunks_key = AssetKey(f"chunks_{spec.name}")
-    embeddings_key = AssetKey(f"embeddings_{spec.name}")
+    with its document title and heading path prepended (search/context.py). ``name`` (default: the
+    strategy's) names the assets ``chunks_<name>`` / ``embeddings_<name>`` and is the ``strategy``
+    their rows carry in the store, so a variant of a strategy is a strategy of its own downstream."""
+    strategy_name = name or spec.name
+    chunks_key = AssetKey(f"chunks_{strategy_name}")
+    embeddings_key = AssetKey(f"embeddings_{strategy_name}")
     cfg_hash = config_hash(config)
     cap = token_cap(config)
-    strategy_name = spec.name
 
     @asset(
         name=chunks_key.path[-1],
@@ -103,7 +106,8 @@ def build_strategy_assets(
         code_version=cfg_hash,
         check_specs=check_specs(chunks_key, CHUNK_CHECKS),
         automation_condition=AutomationCondition.eager(),
-        description=f"Chunks of each document by the `{spec.name}` strategy: {spec.description}",
+        description=f"Chunks of each document by `{strategy_name}`"
+        + (f" (a variant of `{spec.name}`)" if strategy_name != spec.name else "") + f": {spec.description}",
         metadata={"strategy": spec.name, "config": config.model_dump(mode="json"), "config_hash": cfg_hash,
                   "token_cap": cap if cap is not None else "none"},
     )
@@ -174,7 +178,7 @@ def build_strategy_assets(
         code_version=embedding_model_id + ("+context" if embed_context else ""),
         check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
         automation_condition=AutomationCondition.eager(),
-        description=f"Vectors of the `{spec.name}` chunks; cached by (model id, sha256 of chunk text).",
+        description=f"Vectors of the `{strategy_name}` chunks; cached by (model id, sha256 of chunk text).",
         metadata={"strategy": spec.name},
     )
     def embeddings_asset(

@@ -9,13 +9,17 @@
 configurations cheap; ``--keep-work`` reuses an existing work copy and its cache).
 Each configuration is a registered strategy with a config (the shipped
 ``chunkyard.toml`` one, with overrides) and optionally context embedding
-(search/context.py). Its chunks are stored in the work copy under the
+(search/context.py); the ``[variants.*]`` of ``--config-file`` are configurations
+too, under their own names and in the ``shipped`` group, read as the pipeline reads
+them (their table is their whole config). Its chunks are stored in the work copy under the
 configuration's name as the strategy, embedded through the (model, text sha256)
 cache (``--stored-chunks semantic`` takes the shipped semantic chunks from
 ``--db`` instead of embedding every sentence again), and every configuration is scored by search.evaluation.evaluate in one
 pass per mode, so the rows of one run are comparable. The table prints recall,
 precision, IoU and MRR at k, chunks, tokens, the texts embedded in this run
-and the seconds that took (0 when the cache held them all).
+and the seconds that took (0 when the cache held them all). ``--score-only`` scores
+what a work copy already holds (a run stopped part way, or the same rows in other
+modes) without chunking or embedding again.
 """
 
 from __future__ import annotations
@@ -52,20 +56,27 @@ from search.evaluation import evaluate, load_eval_set  # noqa: E402
 
 @dataclass(frozen=True)
 class Configuration:
-    """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with context."""
+    """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with context.
+
+    ``on_shipped=False`` (a ``[variants.*]`` table): ``overrides`` is the whole config over the library
+    defaults, as the pipeline reads a variant.
+    """
 
     name: str
     strategy: str
     overrides: dict[str, Any] = field(default_factory=dict)
     context: bool = False
+    on_shipped: bool = True
 
 
-def shipped_configurations() -> list[Configuration]:
-    """Every registered strategy as shipped, with and without context embedding."""
+def shipped_configurations(settings=None) -> list[Configuration]:
+    """Every registered strategy as shipped, with and without context embedding, then the shipped variants."""
     out = []
     for name in strategy_names():
         out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
-    return out
+    variants = settings.variants if settings is not None else {}
+    return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False)
+                  for name, v in variants.items()]
 
 
 # Candidates for "best on recall@5 and IoU@5 at once", sized for all-MiniLM-L6-v2.
@@ -78,11 +89,12 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("p80+ctx", "paragraph", {"chunk_token_size": 80, "chunk_overlap_token_size": 10}, True),
     Configuration("r100/50+ctx", "recursive", {"chunk_token_size": 100, "chunk_overlap_token_size": 50}, True),
     Configuration("sent100+ctx", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True),
+    Configuration("sw150/75+ctx", "sentence_window", {"chunk_size": 150, "overlap": 75, "min_size": 20}, True),
 ]
 
 
-def all_configurations() -> dict[str, Configuration]:
-    return {c.name: c for c in shipped_configurations() + EXPERIMENTS}
+def all_configurations(settings=None) -> dict[str, Configuration]:
+    return {c.name: c for c in shipped_configurations(settings) + EXPERIMENTS}
 
 
 class StoreCachedEmbedder:
@@ -144,14 +156,14 @@ def chunk_and_embed(
 ) -> dict:
     """Store ``cfg``'s chunks and vectors for every parsed document; returns cost figures."""
     spec = get_strategy(cfg.strategy)
-    config = spec.parse_config({**shipped.get(cfg.strategy, {}), **cfg.overrides})
+    config = spec.parse_config({**(shipped.get(cfg.strategy, {}) if cfg.on_shipped else {}), **cfg.overrides})
     embedder = embedding.get_embedder()
     chunk_embedder = StoreCachedEmbedder(embedder, store, embedding.model_id) if spec.needs_embedder else None
     with store.connect(read_only=True) as con:
         doc_ids = [d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status = 'parsed' ORDER BY 1").fetchall()]
     chunk_s = embed_s = 0.0
     embedded = 0
-    if cfg.strategy in reuse and not cfg.overrides:
+    if cfg.strategy in reuse and cfg.on_shipped and not cfg.overrides:
         for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, config).items():
             _CHUNKS_MEMO[(cfg.strategy, config_hash(config), doc_id)] = chunks
     for doc_id in doc_ids:
@@ -192,13 +204,16 @@ def main() -> None:
     parser.add_argument("--modes", default="vector")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
+    parser.add_argument("--score-only", action="store_true", help="score the configurations the --work copy "
+                        "already holds (with --keep-work), without chunking or embedding them again")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
                         "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
     args = parser.parse_args()
     reuse = {name: args.db for name in args.stored_chunks.split(",") if name}
 
-    known = all_configurations()
-    groups = {"shipped": [c.name for c in shipped_configurations()], "experiments": [c.name for c in EXPERIMENTS],
+    settings = load_settings(args.config_file)
+    known = all_configurations(settings)
+    groups = {"shipped": [c.name for c in shipped_configurations(settings)], "experiments": [c.name for c in EXPERIMENTS],
               "all": list(known)}
     names: list[str] = []
     for item in args.configs.split(","):
@@ -209,9 +224,11 @@ def main() -> None:
                 names.append(name)
 
     work = Path(args.work)
+    if args.score_only and not work.is_file():
+        sys.exit(f"--score-only: no work copy {work}")
+    args.keep_work = args.keep_work or args.score_only
     if not (args.keep_work and work.is_file()):
         shutil.copyfile(args.db, work)
-    settings = load_settings(args.config_file)
     store = ChunkStore(work)
     tokenizer = TokenizerResource(encoding=settings.tokenizer_encoding).get_tokenizer()
     embedding = EmbeddingModelResource(model=settings.embedding_model, batch_size=settings.embedding_batch_size,
@@ -221,6 +238,12 @@ def main() -> None:
         con.execute("DELETE FROM chunks WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
     costs = {}
     for name in names:
+        if args.score_only:
+            with store.connect(read_only=True) as con:
+                if not con.execute("SELECT count(*) FROM chunk_embeddings WHERE strategy = ?", [name]).fetchone()[0]:
+                    sys.exit(f"--score-only: {work} holds no vectors of {name!r}; run without --score-only first")
+            costs[name] = {"embedded": 0, "embed_s": 0.0, "chunk_s": 0.0}
+            continue
         costs[name] = chunk_and_embed(store, known[name], settings.strategies, tokenizer, embedding, reuse)
         print(f"  {name}: {costs[name]['embedded']} texts embedded in {costs[name]['embed_s']:.0f} s", flush=True)
 

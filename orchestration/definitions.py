@@ -20,7 +20,7 @@ from assets.documents import parsed_documents, raw_documents
 from assets.stats import build_stats_asset
 from assets.evaluation import build_retrieval_eval_asset
 from assets.strategies import build_strategy_assets
-from chunking.strategies import all_strategies, config_hash, get_strategy
+from chunking.strategies import config_hash
 from orchestration.schedules import build_nightly_schedule
 from orchestration.sensors import documents_sensor
 from orchestration.settings import Settings, load_settings
@@ -66,18 +66,11 @@ def select_executor(kind: str) -> ExecutorDefinition:
 class Project:
     defs: Definitions
     graph_order: list[AssetKey]  # every document asset, upstream first
-    config_hashes: dict[str, str]  # strategy -> hash of its config (its chunks' code version)
+    config_hashes: dict[str, str]  # strategy or variant name -> hash of its config (its chunks' code version)
 
 
 def build_project(settings: Settings) -> Project:
-    specs = (
-        [get_strategy(name) for name in settings.enabled_strategies]
-        if settings.enabled_strategies is not None
-        else all_strategies()
-    )
-    unknown = (set(settings.strategies) | set(settings.embed_with_context)) - {s.name for s in specs}
-    if unknown:
-        raise ValueError(f"settings configure strategies that are not enabled or not registered: {sorted(unknown)}")
+    instances = settings.strategy_instances()  # registered strategies, then [variants.*]
     embedding = EmbeddingModelResource(
         model=settings.embedding_model,
         device=settings.embedding_device,
@@ -88,12 +81,11 @@ def build_project(settings: Settings) -> Project:
     )
     strategy_assets = []
     config_hashes: dict[str, str] = {}
-    for spec in specs:
-        config = spec.parse_config(settings.strategies.get(spec.name))
-        config_hashes[spec.name] = config_hash(config)
-        strategy_assets.extend(
-            build_strategy_assets(spec, config, embedding.model_id, spec.name in settings.embed_with_context)
-        )
+    for instance in instances:
+        config_hashes[instance.name] = config_hash(instance.config)
+        strategy_assets.extend(build_strategy_assets(
+            instance.spec, instance.config, embedding.model_id, instance.embed_context, name=instance.name
+        ))
 
     # Not document assets (unpartitioned, outside graph_order): they summarize the store.
     embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]

@@ -12,6 +12,11 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     [limits]                 # the per-document budget (chunking.limits.DocumentLimits)
     max_chars = 5000000
 
+    [variants.sw_retrieval]  # another instance of a registered strategy, under its own name
+    strategy = "sentence_window"
+    embed_with_context = true
+    chunk_size = 100         # the strategy's own config fields, as under [strategies.<name>]
+
     [store]                  # where the tables live (resources/store.py); default: the DuckDB file
     mode = "ducklake"
     catalog = "postgres:dbname=chunkyard host=/run/postgresql user=chunkyard"
@@ -24,14 +29,17 @@ store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
+from chunking.strategies import StrategySpec, get_strategy, strategy_names
 from resources.store import LakeConfig, lake_config
 
 STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
@@ -67,6 +75,43 @@ class StoreSettings(BaseModel):
         return lake_config(self.mode, self.catalog, self.data_path)
 
 
+# A variant's name becomes asset names (chunks_<name>) and the store's strategy column.
+VARIANT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+
+
+class VariantSettings(BaseModel):
+    """``[variants.<name>]``: one more instance of a registered strategy, under its own name.
+
+    ``strategy`` names the registered strategy; ``embed_with_context`` embeds its chunks
+    with the document title and heading path (search/context.py); every other key is a
+    field of that strategy's config, exactly as under ``[strategies.<strategy>]`` (the
+    variant does not inherit that table: it states its whole difference from the
+    library defaults).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    strategy: str
+    embed_with_context: bool = False
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+@dataclass(frozen=True)
+class StrategyInstance:
+    """One configured chunker: its ``name`` is its assets' suffix and its rows' ``strategy`` in the store.
+
+    A registered strategy's instance carries the strategy's own name; a variant's carries
+    the variant's name and the registered strategy's spec.
+    """
+
+    name: str
+    spec: StrategySpec
+    config: BaseModel
+    embed_context: bool
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,11 +136,62 @@ class Settings(BaseModel):
     grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
     # Strategies whose chunks are embedded with the document title and heading path prepended.
     embed_with_context: list[str] = Field(default_factory=list)
+    # Extra named instances of registered strategies (VariantSettings), each with its own assets.
+    variants: dict[str, VariantSettings] = Field(default_factory=dict)
     # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
     # the default), "multiprocess" (a subprocess per step on this machine), or "celery"
     # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
     executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
     store: StoreSettings = Field(default_factory=StoreSettings)
+
+    @model_validator(mode="after")
+    def _variants_are_valid(self) -> "Settings":
+        for name, variant in self.variants.items():
+            variant_instance(name, variant)  # raises a ValueError naming the key
+        return self
+
+    def strategy_instances(self) -> list[StrategyInstance]:
+        """The enabled registered strategies (registry order), then the variants (file order).
+
+        Raises ValueError when ``[strategies.*]`` or ``embed_with_context`` name a strategy
+        that is not enabled or not registered, or a strategy config is invalid.
+        """
+        names = self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
+        specs = [get_strategy(name) for name in names]
+        unknown = (set(self.strategies) | set(self.embed_with_context)) - {s.name for s in specs}
+        if unknown:
+            hint = (" (a variant embeds with context by its own embed_with_context = true)"
+                    if unknown & set(self.variants) else "")
+            raise ValueError(f"settings configure strategies that are not enabled or not registered: "
+                             f"{sorted(unknown)}{hint}")
+        out = [StrategyInstance(spec.name, spec, spec.parse_config(self.strategies.get(spec.name)),
+                                spec.name in self.embed_with_context) for spec in specs]
+        return out + [variant_instance(name, variant) for name, variant in self.variants.items()]
+
+
+def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
+    """``[variants.<name>]`` resolved; a ValueError that names ``variants.<name>`` and the bad key otherwise."""
+    key = f"variants.{name}"
+    if not VARIANT_NAME.match(name):
+        raise ValueError(f"{key}: a variant name is lower-case letters, digits and '_', starting with a letter, "
+                         "at most 48 characters (it names assets chunks_<name> / embeddings_<name>)")
+    if name in strategy_names():
+        raise ValueError(f"{key}: {name!r} is a registered strategy's name; a variant needs a name of its own "
+                         f"(registered: {', '.join(strategy_names())})")
+    try:
+        spec = get_strategy(variant.strategy)
+    except KeyError:
+        raise ValueError(f"{key}.strategy: unknown strategy {variant.strategy!r}; "
+                         f"registered: {', '.join(strategy_names())}") from None
+    try:
+        config = spec.parse_config(variant.options())
+    except ValidationError as exc:  # each problem under the key it is about
+        raise ValueError("; ".join(
+            ".".join([key, *map(str, error["loc"])]) + f": {error['msg']}" for error in exc.errors()
+        )) from None
+    except ValueError as exc:  # StrategyConfigError: a field the strategy does not have
+        raise ValueError(f"{key}: {exc}") from None
+    return StrategyInstance(name, spec, config, variant.embed_with_context)
 
 
 def load_settings(path: str | Path | None = None) -> Settings:

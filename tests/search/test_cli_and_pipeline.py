@@ -1,4 +1,5 @@
-"""Through the real pipeline: context embedding in the embeddings asset, then the CLI commands."""
+"""Through the real pipeline: context embedding in the embeddings asset, a named variant
+(``[variants.*]``) beside the strategies it is made from, then the CLI commands."""
 
 import json
 import textwrap
@@ -7,6 +8,7 @@ import duckdb
 import pytest
 from dagster import instance_for_test
 
+from chunking.strategies import config_hash
 from orchestration.cli import main
 from orchestration.definitions import INGEST_JOB, build_project
 from orchestration.settings import load_settings
@@ -46,6 +48,11 @@ def ingested(tmp_path_factory):
         [strategies.recursive]
         chunk_token_size = 30
         chunk_overlap_token_size = 5
+        [variants.rec_small]
+        strategy = "recursive"
+        embed_with_context = true
+        chunk_token_size = 12
+        chunk_overlap_token_size = 4
     """), encoding="utf-8")
     settings = load_settings(config)
     project = build_project(settings)
@@ -75,6 +82,19 @@ def test_context_embedding_changes_only_what_is_embedded(ingested):
         assert not text.startswith("Harbour guide >")  # the stored chunk text is unchanged
     assert all(by_strategy["recursive"])  # no context: the vector is the chunk text's
     assert not any(by_strategy["paragraph"])  # with context: keyed by the text the model read
+    assert not any(by_strategy["rec_small"])  # the variant's own embed_with_context
+
+
+def test_a_variant_is_a_strategy_of_its_own_in_the_store(ingested):
+    _, settings = ingested
+    variant, = settings.strategy_instances()[2:]
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        rows = dict(con.execute(
+            """SELECT strategy, list(DISTINCT config_hash) FROM chunks WHERE doc_id = 'guide.md' GROUP BY 1""").fetchall())
+        counts = dict(con.execute("SELECT strategy, count(*) FROM chunks GROUP BY 1").fetchall())
+    assert set(rows) == {"recursive", "paragraph", "rec_small"}
+    assert rows["rec_small"] == [config_hash(variant.config)] != rows["recursive"]
+    assert counts["rec_small"] > counts["recursive"]  # 12-token chunks: more of them than recursive's 30
 
 
 def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
@@ -82,7 +102,7 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
     assert main(["search", "fish market dawn", "--json", "-k", "2"]) == 0
     hits = json.loads(capsys.readouterr().out)
-    assert {h["strategy"] for h in hits} == {"recursive", "paragraph"}
+    assert {h["strategy"] for h in hits} == {"recursive", "paragraph", "rec_small"}
     top = next(h for h in hits if h["strategy"] == "recursive" and h["rank"] == 1)
     assert top["doc_id"] == "guide.md" and "fish market" in top["text"]
     assert GUIDE[top["char_start"]:top["char_end"]] == top["text"]
@@ -92,6 +112,11 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     assert main(["search", "knead", "--mode", "keyword", "--strategy", "recursive", "--folder", "kitchen"]) == 0
     out = capsys.readouterr().out
     assert "[recursive #1]" in out and "kitchen/bread.txt" in out and "»" in out and "Knead" in out
+
+    assert main(["search", "fish market", "--strategy", "rec_small", "--json", "-k", "1"]) == 0
+    hit, = json.loads(capsys.readouterr().out)
+    assert hit["strategy"] == "rec_small" and "fish market" in hit["text"]
+    assert GUIDE[hit["char_start"]:hit["char_end"]] == hit["text"]
 
     assert main(["search", "x", "--strategy", "nope"]) == 2
     assert "strategy 'nope'" in capsys.readouterr().err
@@ -116,8 +141,8 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert main(["eval"]) == 0
     out = capsys.readouterr().out
     assert "recall" in out and "check recall_at_5_stable: passed" in out
-    lines = [line.split() for line in out.splitlines() if line.startswith(("recursive", "paragraph"))]
-    assert sorted((l[0], int(l[1])) for l in lines) == sorted(
-        (s, k) for s in ("recursive", "paragraph") for k in (1, 3, 5, 10))
+    names = ("recursive", "paragraph", "rec_small")
+    lines = [line.split() for line in out.splitlines() if line.startswith(names)]
+    assert sorted((l[0], int(l[1])) for l in lines) == sorted((s, k) for s in names for k in (1, 3, 5, 10))
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 8
+        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 12

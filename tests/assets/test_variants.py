@@ -1,0 +1,78 @@
+"""Named variants (``[variants.<name>]``): one more instance of a registered strategy, under its own name."""
+
+import pytest
+from dagster import AssetKey, Definitions
+
+from chunking.strategies import config_hash, get_strategy
+from orchestration.definitions import build_project
+from orchestration.settings import Settings, load_settings
+
+SW_RETRIEVAL = """
+[strategies.sentence_window]
+chunk_size = 200
+[variants.sw_small]
+strategy = "sentence_window"
+embed_with_context = true
+chunk_size = 100
+overlap = 50
+min_size = 20
+"""
+
+
+def test_a_variant_from_toml_has_its_own_assets_checks_and_code_version(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text(SW_RETRIEVAL, encoding="utf-8")
+    project = build_project(load_settings(config))
+    Definitions.validate_loadable(project.defs)
+    graph = project.defs.resolve_asset_graph()
+    chunks, embeddings = AssetKey("chunks_sw_small"), AssetKey("embeddings_sw_small")
+    assert graph.get(chunks).parent_keys == {AssetKey("parsed_documents")}
+    assert graph.get(embeddings).parent_keys == {chunks}
+    assert {"token_cap", "coverage"} <= {k.name for k in graph.get(chunks).check_keys}
+    assert {"embeddings_complete"} <= {k.name for k in graph.get(embeddings).check_keys}
+    # Its own config (not the [strategies.sentence_window] table), its own context flag.
+    variant_config = get_strategy("sentence_window").parse_config({"chunk_size": 100, "overlap": 50, "min_size": 20})
+    assert graph.get(chunks).code_version == project.config_hashes["sw_small"] == config_hash(variant_config)
+    assert project.config_hashes["sentence_window"] != project.config_hashes["sw_small"]
+    assert graph.get(embeddings).code_version.endswith("+context")
+    assert not graph.get(AssetKey("embeddings_sentence_window")).code_version.endswith("+context")
+    # Downstream like any strategy: the statistics, the evaluation, and the ingest job.
+    for summary in ("strategy_stats", "retrieval_eval"):
+        assert embeddings in graph.get(AssetKey(summary)).parent_keys
+    assert project.graph_order[-2:] == [chunks, embeddings]
+
+
+def test_variants_follow_the_enabled_strategies_in_file_order():
+    settings = Settings(enabled_strategies=["recursive"], variants={
+        "b_second": {"strategy": "paragraph"}, "a_first": {"strategy": "recursive", "chunk_token_size": 50, "chunk_overlap_token_size": 5}})
+    assert [i.name for i in settings.strategy_instances()] == ["recursive", "b_second", "a_first"]
+    assert [i.spec.name for i in settings.strategy_instances()] == ["recursive", "paragraph", "recursive"]
+
+
+@pytest.mark.parametrize("variants, message", [
+    ({"sw": {"strategy": "sentence_windows"}}, r"variants\.sw\.strategy: unknown strategy 'sentence_windows'"),
+    ({"recursive": {"strategy": "recursive"}}, r"variants\.recursive: 'recursive' is a registered strategy's name"),
+    ({"token": {"strategy": "recursive"}}, r"variants\.token: 'token' is a registered strategy's name"),
+    ({"Big-Name": {"strategy": "recursive"}}, r"variants\.Big-Name: a variant name is lower-case letters"),
+    ({"sw": {"strategy": "sentence_window", "chunk_sise": 3}}, r"variants\.sw: .*no config field\(s\) 'chunk_sise'"),
+    ({"rec": {"strategy": "recursive", "chunk_token_size": 10, "chunk_overlap_token_size": 10}},
+     r"variants\.rec: Value error, chunk_overlap_token_size \(10\) must be smaller"),
+    ({"sw": {"strategy": "sentence_window", "chunk_size": "big"}}, r"variants\.sw\.chunk_size: Input should be"),
+    ({"rec": {"embed_with_context": True}}, r"variants\.rec\.strategy\s+Field required"),
+])
+def test_a_bad_variant_fails_naming_its_key(variants, message):
+    with pytest.raises(ValueError, match=message):
+        Settings(variants=variants)
+
+
+def test_a_bad_variant_in_the_file_fails_at_load(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('[variants.x1]\nstrategy = "nope"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"variants\.x1\.strategy: unknown strategy 'nope'; registered: recursive"):
+        load_settings(config)
+
+
+def test_embed_with_context_does_not_take_a_variant():
+    settings = Settings(embed_with_context=["sw"], variants={"sw": {"strategy": "sentence_window"}})
+    with pytest.raises(ValueError, match=r"not enabled or not registered: \['sw'\].*its own embed_with_context"):
+        build_project(settings)
