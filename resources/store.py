@@ -39,7 +39,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import duckdb
 import numpy as np
@@ -53,6 +53,8 @@ from search.engine import extension_path
 
 DEFAULT_DB_PATH = "data/chunkyard.duckdb"
 T = TypeVar("T")
+# One document's rows written into an open write transaction (ChunkStore.write_documents).
+Write = Callable[[duckdb.DuckDBPyConnection], Any]
 
 # Column lists for bulk inserts, in the DDL's order (resources/schema.py).
 PAGE_COLUMNS = (("doc_id", "VARCHAR"), ("page_num", "INTEGER"), ("char_offset", "BIGINT"), ("text", "VARCHAR"))
@@ -404,6 +406,42 @@ class ChunkStore:
 
         return self._retry_conflicts(attempt)
 
+    def write_documents(self, writes: Mapping[str, Write]) -> dict[str, duckdb.Error]:
+        """Every document's write (doc_id -> ``write(con)``) in ONE :meth:`write_transaction`: one
+        commit for a whole step, where a transaction per document made a lake commit per document.
+
+        Invariant: each document's write is committed whole or not at all, and a document whose
+        own rows fail leaves the others stored. When the shared transaction fails with a DuckDB
+        error (not a lost commit conflict: those are re-run), it rolled back whole; each document
+        is then written alone, and the documents whose own write fails are returned, doc_id ->
+        the error. When every document fails alone too (a cause that is no one document's, such
+        as a full disk), or there is only one, the error is raised instead, as is any other
+        exception (``WriteConflictError``, ``StoreLockedError``, ``SourceRootConflict``): nothing
+        of the failed writes is stored.
+        """
+        if not writes:
+            return {}
+
+        def all_documents(con: duckdb.DuckDBPyConnection) -> None:
+            for write in writes.values():
+                write(con)
+
+        try:
+            self.write_transaction(all_documents)
+            return {}
+        except duckdb.Error:
+            if len(writes) == 1:
+                raise
+        failed: dict[str, duckdb.Error] = {}
+        for doc_id, write in writes.items():
+            try:
+                self.write_transaction(write)
+            except duckdb.Error as exc:  # this document's own rows: reported for it, the others go on
+                failed[doc_id] = exc
+        if len(failed) == len(writes):
+            raise next(iter(failed.values()))
+        return failed
+
     def _retry_conflicts(self, attempt: Callable[[], T]) -> T:
         delay = WRITE_RETRY_DELAY_S
         for number in range(1, WRITE_ATTEMPTS + 1):
@@ -449,6 +487,10 @@ class ChunkStore:
 
     def record_read(self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int) -> None:
         """Record that the raw bytes were read. Parsed rows stay until a parse replaces them."""
+        self.write_transaction(self.recording_read(doc_id, source_root, source_path, sha256, size_bytes))
+
+    def recording_read(self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int) -> Write:
+        """The write of :meth:`record_read`, to run in an open transaction (``write_documents``)."""
         def write(con: duckdb.DuckDBPyConnection) -> None:
             _claim_source_root(con, self.describe(), source_root)
             con.execute(
@@ -466,13 +508,19 @@ class ChunkStore:
                 _document_row(doc_id, source_root, source_path, sha256, size_bytes, status="read"),
             )
 
-        self.write_transaction(write)
+        return write
 
     def record_error(
         self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int, error: str
     ) -> None:
         """Mark a document failed. Rows from an earlier good parse are kept, marked by this row:
         the ``current_*`` views leave them out."""
+        self.write_transaction(self.recording_error(doc_id, source_root, source_path, sha256, size_bytes, error))
+
+    def recording_error(
+        self, doc_id: str, source_root: str, source_path: str, sha256: str, size_bytes: int, error: str
+    ) -> Write:
+        """The write of :meth:`record_error`, to run in an open transaction (``write_documents``)."""
         def write(con: duckdb.DuckDBPyConnection) -> None:
             _claim_source_root(con, self.describe(), source_root)
             con.execute(
@@ -487,10 +535,14 @@ class ChunkStore:
                 _document_row(doc_id, source_root, source_path, sha256, size_bytes, status="error", error=error),
             )
 
-        self.write_transaction(write)
+        return write
 
     def replace_parsed(self, doc: ParsedDocument, source_root: str, source_path: str, size_bytes: int) -> None:
         """Replace a document's pages, blocks and tables in one transaction."""
+        self.write_transaction(self.replacing_parsed(doc, source_root, source_path, size_bytes))
+
+    def replacing_parsed(self, doc: ParsedDocument, source_root: str, source_path: str, size_bytes: int) -> Write:
+        """The write of :meth:`replace_parsed`, to run in an open transaction (``write_documents``)."""
         page_rows = [(doc.doc_id, p.page_num, p.char_offset, p.text) for p in doc.pages]
         block_rows = [
             (
@@ -527,7 +579,7 @@ class ChunkStore:
                               n_chars=len(doc.text)),
             )
 
-        self.write_transaction(write)
+        return write
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
         with self.connect(read_only=True) as con:
@@ -604,6 +656,13 @@ class ChunkStore:
     def replace_chunks(
         self, doc_id: str, strategy: str, chunks: Sequence[Chunk], *, config_hash: str, doc_sha256: str
     ) -> None:
+        self.write_transaction(
+            self.replacing_chunks(doc_id, strategy, chunks, config_hash=config_hash, doc_sha256=doc_sha256))
+
+    def replacing_chunks(
+        self, doc_id: str, strategy: str, chunks: Sequence[Chunk], *, config_hash: str, doc_sha256: str
+    ) -> Write:
+        """The write of :meth:`replace_chunks`, to run in an open transaction (``write_documents``)."""
         rows = [
             (
                 doc_id, strategy, i, c.text, c.text_sha256, c.token_count, c.char_start, c.char_end,
@@ -616,7 +675,7 @@ class ChunkStore:
             con.execute("DELETE FROM chunks WHERE doc_id = ? AND strategy = ?", [doc_id, strategy])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)
 
-        self.write_transaction(write)
+        return write
 
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
         with self.connect(read_only=True) as con:
@@ -659,7 +718,11 @@ class ChunkStore:
         already stored as they are; returns how many were added."""
         if not vectors:
             return 0
-        return self.write_transaction(lambda con: _insert_missing_vectors(con, model_id, vectors))
+        return self.write_transaction(self.caching_embeddings(model_id, vectors))
+
+    def caching_embeddings(self, model_id: str, vectors: dict[str, np.ndarray]) -> Write:
+        """The write of :meth:`add_cached_embeddings` (it returns how many vectors were added)."""
+        return lambda con: _insert_missing_vectors(con, model_id, vectors)
 
     def record_stage_costs(self, rows: Sequence[tuple[Any, ...]], *, recorded_at: Any) -> None:
         """Append one step's ``stage_costs`` rows (ingest_id, run_id, doc_id, stage, strategy,
@@ -688,6 +751,17 @@ class ChunkStore:
         embedded ones; a vector of ``rows`` that is missing, e.g. pruned since it was
         read from the cache, is stored too), so the ``embeddings`` view never loses a row.
         """
+        self.write_transaction(self.replacing_embeddings(doc_id, strategy, model_id, rows, new_cache_entries))
+
+    def replacing_embeddings(
+        self,
+        doc_id: str,
+        strategy: str,
+        model_id: str,
+        rows: Sequence[tuple[int, str, np.ndarray]],
+        new_cache_entries: dict[str, np.ndarray],
+    ) -> Write:
+        """The write of :meth:`replace_embeddings`, to run in an open transaction (``write_documents``)."""
         vectors = {sha: v for _, sha, v in rows}
         vectors.update(new_cache_entries)
         def write(con: duckdb.DuckDBPyConnection) -> None:
@@ -699,7 +773,7 @@ class ChunkStore:
                 (doc_id, strategy, i, model_id, sha) for i, sha, _ in rows
             ])
 
-        self.write_transaction(write)
+        return write
 
     def load_embeddings(self, doc_id: str, strategy: str) -> list[tuple[int, np.ndarray]]:
         with self.connect(read_only=True) as con:
