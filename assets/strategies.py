@@ -9,7 +9,7 @@ of them write the shared ``chunks`` / ``embeddings`` tables, keyed by strategy.
 
 import logging
 import time
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 from dagster import (
@@ -84,20 +84,29 @@ def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
     }
 
 
-def _chunks_write(
-    chunk_store: ChunkStore, doc_id: str, strategy: str, chunks: list[Chunk], cfg_hash: str, doc_sha256: str,
-    model_id: str, known_vectors: dict[str, np.ndarray], seeded: dict[str, int],
-) -> Write:
-    """One document's chunk rows, and the vectors its chunking computed, as one write; the
-    number of vectors it added to the cache goes to ``seeded[doc_id]`` (set again if re-run)."""
-    replace = chunk_store.replacing_chunks(doc_id, strategy, chunks, config_hash=cfg_hash, doc_sha256=doc_sha256)
-    cache = chunk_store.caching_embeddings(model_id, known_vectors) if known_vectors else None
+def _chunks_write_of(
+    chunk_store: ChunkStore, strategy: str, cfg_hash: str, model_id: str, seeded: dict[str, int],
+):
+    """For ``ChunkStore.write_documents``: the write of some documents' chunks (doc_id -> (chunks,
+    doc_sha256, vectors its chunking computed)), the vectors included. The vectors each document
+    added to the cache are counted in ``seeded[doc_id]`` (a text two documents share counts on
+    the first), set afresh whenever the write runs."""
+    def write_of(items: Mapping[str, tuple[list[Chunk], str, dict[str, np.ndarray]]]) -> Write:
+        replace = chunk_store.replacing_chunks(strategy, {d: (chunks, sha) for d, (chunks, sha, _) in items.items()},
+                                               config_hash=cfg_hash)
+        known = {sha: v for _, _, vectors in items.values() for sha, v in vectors.items()}
+        cache = chunk_store.caching_embeddings(model_id, known) if known else None
 
-    def write(con) -> None:
-        replace(con)
-        seeded[doc_id] = cache(con) if cache is not None else 0
+        def write(con) -> None:
+            replace(con)
+            added = cache(con) if cache is not None else set()
+            for doc_id, (_, _, vectors) in items.items():
+                seeded[doc_id] = len(added & set(vectors))
+                added = added - set(vectors)
 
-    return write
+        return write
+
+    return write_of
 
 
 def build_strategy_assets(
@@ -141,7 +150,7 @@ def build_strategy_assets(
         errors: dict[str, str] = {}
         metadata: dict[str, dict] = {}
         computed: dict[str, tuple] = {}  # doc_id -> (doc, chunks, seconds to compute them)
-        writes: dict[str, Write] = {}
+        to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
         for doc_id in context.partition_keys:
             started = time.perf_counter()
@@ -166,12 +175,12 @@ def build_strategy_assets(
             # The vectors this strategy already computed for whole chunk texts go to the cache,
             # so the embeddings step counts them as hits; the run report adds them up.
             known = doc_embedder.vectors_for({c.text_sha256: c.text for c in chunks}) if reuse_vectors else {}
-            writes[doc_id] = _chunks_write(chunk_store, doc_id, strategy_name, chunks, cfg_hash, doc.sha256,
-                                           embedding.model_id, known, seeded)
+            to_write[doc_id] = (chunks, doc.sha256, known)
             computed[doc_id] = (doc, chunks, time.perf_counter() - started)
         # Every computed document's rows in one transaction: one commit per step, not per document.
         written = time.perf_counter()
-        write_failures = chunk_store.write_documents(writes)
+        write_failures = chunk_store.write_documents(
+            to_write, _chunks_write_of(chunk_store, strategy_name, cfg_hash, embedding.model_id, seeded))
         store_share = share_out(time.perf_counter() - written, {d: len(computed[d][1]) for d in computed})
         costs: list[StageCost] = []
         for doc_id, (doc, chunks, compute_seconds) in computed.items():
@@ -245,20 +254,18 @@ def build_strategy_assets(
         }
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         new_by_doc: dict[str, set[str]] = {}
-        writes: dict[str, Write] = {}
+        to_write: dict[str, tuple] = {}  # doc_id -> (rows, its freshly embedded vectors)
         for doc_id, rows in rows_by_doc.items():
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
-            writes[doc_id] = chunk_store.replacing_embeddings(
-                doc_id, strategy_name, model_id,
-                [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
-            )
+            to_write[doc_id] = ([(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh)
             new_here = set(doc_fresh) - counted_fresh
             counted_fresh |= new_here
             new_by_doc[doc_id] = new_here
         # Every document's vectors in one transaction: one commit per step, not per document;
         # each document's share of it follows its number of chunks.
         written = time.perf_counter()
-        write_failures = chunk_store.write_documents(writes)
+        write_failures = chunk_store.write_documents(
+            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items))
         write_seconds = time.perf_counter() - written
         for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
             store_watch.add(doc_id, seconds)

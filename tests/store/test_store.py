@@ -274,11 +274,9 @@ def test_a_steps_documents_are_written_in_one_commit_each_whole(store):
     for doc_id, text in docs.items():
         store.record_read(doc_id, ROOT, doc_id, f"sha-{doc_id}", len(text))
     before = writes_committed(store)
-    failures = store.write_documents({
-        doc_id: store.replacing_chunks(doc_id, "recursive", [chunk(text), chunk("second " + text, 3)],
-                                       config_hash="cfg", doc_sha256=f"sha-{doc_id}")
-        for doc_id, text in docs.items()
-    })
+    failures = store.write_documents(
+        {doc_id: ([chunk(text), chunk("second " + text, 3)], f"sha-{doc_id}") for doc_id, text in docs.items()},
+        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
     assert failures == {}
     assert writes_committed(store) == before + 1  # one commit for five documents
     for doc_id, text in docs.items():
@@ -292,12 +290,9 @@ def test_a_document_whose_rows_fail_is_left_out_and_keeps_its_old_rows(store):
         store.replace_chunks(doc_id, "recursive", [chunk(f"old {doc_id}")], config_hash="cfg", doc_sha256="sha-old")
     # b.txt's new chunks cannot be stored (a token count over INTEGER): a DuckDB error of its own rows.
     bad = Chunk(text="new b.txt", token_count=2**40, char_start=0, char_end=9)
-    failures = store.write_documents({
-        doc_id: store.replacing_chunks(doc_id, "recursive",
-                                       [bad] if doc_id == "b.txt" else [chunk(f"new {doc_id}")],
-                                       config_hash="cfg", doc_sha256="sha-new")
-        for doc_id in docs
-    })
+    failures = store.write_documents(
+        {doc_id: ([bad] if doc_id == "b.txt" else [chunk(f"new {doc_id}")], "sha-new") for doc_id in docs},
+        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
     assert set(failures) == {"b.txt"} and isinstance(failures["b.txt"], duckdb.Error)
     assert [c.text for c in store.load_chunks("a.txt", "recursive")] == ["new a.txt"]
     assert [c.text for c in store.load_chunks("c.txt", "recursive")] == ["new c.txt"]
@@ -307,10 +302,13 @@ def test_a_document_whose_rows_fail_is_left_out_and_keeps_its_old_rows(store):
 def test_a_cause_shared_by_every_document_raises_with_nothing_stored(store):
     store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
     bad = Chunk(text="x", token_count=2**40, char_start=0, char_end=1)
-    writes = {d: store.replacing_chunks(d, "recursive", [bad], config_hash="cfg", doc_sha256="sha")
-              for d in ("a.txt", "b.txt")}
+    items = {d: ([bad], "sha") for d in ("a.txt", "b.txt")}
+
+    def write_of(subset):
+        return store.replacing_chunks("recursive", subset, config_hash="cfg")
+
     with pytest.raises(duckdb.Error):
-        store.write_documents(writes)
+        store.write_documents(items, write_of)
     with pytest.raises(duckdb.Error):  # one document: its error, as a single write raises it
-        store.write_documents({"a.txt": writes["a.txt"]})
+        store.write_documents({"a.txt": items["a.txt"]}, write_of)
     assert query(store, "SELECT count(*) FROM chunks") == [(0,)]
