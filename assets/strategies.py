@@ -152,11 +152,14 @@ def build_strategy_assets(
         computed: dict[str, tuple] = {}  # doc_id -> (doc, chunks, seconds to compute them)
         to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
+        # Read once for the step (in lake mode every query costs catalog round trips).
+        parses = chunk_store.load_parsed_of(context.partition_keys)
+        unparsed = chunk_store.documents_of([d for d in context.partition_keys if d not in parses])
         for doc_id in context.partition_keys:
             started = time.perf_counter()
-            doc = chunk_store.load_parsed(doc_id)
+            doc = parses.get(doc_id)
             if doc is None:
-                row = chunk_store.document(doc_id) or {}
+                row = unparsed.get(doc_id) or {}
                 errors[doc_id] = f"{doc_id}: no parsed text to chunk: {row.get('error') or 'it has not been parsed'}"
                 # A parse failure was reported where it happened; here it is only context.
                 (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
@@ -223,11 +226,10 @@ def build_strategy_assets(
         model_id = embedding.model_id
         per_doc, store_watch = Stopwatch(), Stopwatch()  # work done for one document: its own seconds
         # A document that failed to parse has nothing to embed and nothing to check.
-        rows_by_doc = {
-            doc_id: chunk_store.load_chunks(doc_id, strategy_name)
-            for doc_id in context.partition_keys
-            if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
-        }
+        # Read once for the step (in lake mode every query costs catalog round trips).
+        document_rows = chunk_store.documents_of(context.partition_keys)
+        rows_by_doc = chunk_store.load_chunks_of(
+            [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"], strategy_name)
         if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
             rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
@@ -249,7 +251,7 @@ def build_strategy_assets(
         vector_of = {**cached, **fresh}
         outcomes: dict[str, list[CheckOutcome]] = {}
         metadata: dict[str, dict] = {
-            doc_id: {"error": f"{doc_id}: nothing to embed: {(chunk_store.document(doc_id) or {}).get('error') or 'not parsed'}"}
+            doc_id: {"error": f"{doc_id}: nothing to embed: {(document_rows.get(doc_id) or {}).get('error') or 'not parsed'}"}
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
@@ -270,6 +272,7 @@ def build_strategy_assets(
         for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
             store_watch.add(doc_id, seconds)
             per_doc.add(doc_id, seconds)
+        stored_vectors = chunk_store.load_embeddings_of([d for d in rows_by_doc if d not in write_failures], strategy_name)
         for doc_id, rows in rows_by_doc.items():
             if doc_id in write_failures:
                 exc = write_failures[doc_id]
@@ -278,7 +281,7 @@ def build_strategy_assets(
                 context.log.error(metadata[doc_id]["error"])
                 continue
             doc_started = time.perf_counter()
-            stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
+            stored = [v for _, v in stored_vectors[doc_id]]
             model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
             outcomes[doc_id] = [
                 check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),

@@ -597,12 +597,15 @@ class ChunkStore:
         return write
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
+        return self.documents_of([doc_id]).get(doc_id)
+
+    def documents_of(self, doc_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """doc_id -> its documents row (column -> value), for those of ``doc_ids`` stored; one query
+        (in lake mode each query costs catalog round trips: a step reads its documents at once)."""
         with self.connect(read_only=True) as con:
-            cur = con.execute("SELECT * FROM documents WHERE doc_id = ?", [doc_id])
-            row = cur.fetchone()
-            if row is None:
-                return None
-            return dict(zip([d[0] for d in cur.description], row))
+            cur = con.execute("SELECT * FROM documents WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [list(doc_ids)])
+            columns = [d[0] for d in cur.description]
+            return {row[0]: dict(zip(columns, row)) for row in cur.fetchall()}
 
     def document_hashes(self, source_root: str) -> dict[str, str]:
         """doc_id -> sha256 of every document read so far from ``source_root`` (seeds the sensor cursor)."""
@@ -613,42 +616,49 @@ class ChunkStore:
 
     def load_parsed(self, doc_id: str) -> ParsedDocument | None:
         """The stored parse of a document, or None when it has none (never parsed, or failed)."""
+        return self.load_parsed_of([doc_id]).get(doc_id)
+
+    def load_parsed_of(self, doc_ids: Sequence[str]) -> dict[str, ParsedDocument]:
+        """doc_id -> its stored parse, for those of ``doc_ids`` that have one; one query per table."""
+        ids = [list(doc_ids)]
         with self.connect(read_only=True) as con:
-            doc_row = con.execute(
-                "SELECT sha256, format, encoding, status, source_path FROM documents WHERE doc_id = ?", [doc_id]
-            ).fetchone()
-            if doc_row is None or doc_row[3] != "parsed":
-                return None
-            pages = [
-                Page(page_num=n, char_offset=o, text=t)
-                for n, o, t in con.execute(
-                    "SELECT page_num, char_offset, text FROM pages WHERE doc_id = ? ORDER BY page_num", [doc_id]
-                ).fetchall()
-            ]
-            blocks = [
-                Block(
-                    index=r[0], block_id=r[1], heading=r[2], level=r[3], parent_headings=list(r[4]),
-                    content=r[5], session_type=r[6], char_start=r[7], char_end=r[8],
-                    positions=json.loads(r[9]) if r[9] else [], is_title_block=bool(r[10]),
-                )
-                for r in con.execute(
-                    """SELECT block_index, block_id, heading, level, parent_headings, content,
-                              session_type, char_start, char_end, positions, is_title_block
-                       FROM blocks WHERE doc_id = ? ORDER BY block_index""",
-                    [doc_id],
-                ).fetchall()
-            ]
-            tables = {
-                table_id: json.loads(entry)
-                for table_id, entry in con.execute(
-                    "SELECT table_id, entry FROM doc_tables WHERE doc_id = ? ORDER BY table_id", [doc_id]
-                ).fetchall()
+            doc_rows = {
+                r[0]: r[1:] for r in con.execute(
+                    "SELECT doc_id, sha256, format, encoding, source_path FROM documents "
+                    "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND status = 'parsed'", ids).fetchall()
             }
-        return ParsedDocument(
-            doc_id=doc_id, source_name=doc_row[4], format=doc_row[1] or "txt",
-            text="".join(p.text for p in pages), pages=pages, blocks=blocks, tables=tables,
-            encoding=doc_row[2], sha256=doc_row[0],
-        )
+            pages: dict[str, list[Page]] = {d: [] for d in doc_rows}
+            for d, n, o, t in con.execute(
+                "SELECT doc_id, page_num, char_offset, text FROM pages WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) "
+                "ORDER BY doc_id, page_num", ids).fetchall():
+                if d in pages:
+                    pages[d].append(Page(page_num=n, char_offset=o, text=t))
+            blocks: dict[str, list[Block]] = {d: [] for d in doc_rows}
+            for r in con.execute(
+                """SELECT doc_id, block_index, block_id, heading, level, parent_headings, content,
+                          session_type, char_start, char_end, positions, is_title_block
+                   FROM blocks WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id, block_index""",
+                ids).fetchall():
+                if r[0] in blocks:
+                    blocks[r[0]].append(Block(
+                        index=r[1], block_id=r[2], heading=r[3], level=r[4], parent_headings=list(r[5]),
+                        content=r[6], session_type=r[7], char_start=r[8], char_end=r[9],
+                        positions=json.loads(r[10]) if r[10] else [], is_title_block=bool(r[11]),
+                    ))
+            tables: dict[str, dict[str, Any]] = {d: {} for d in doc_rows}
+            for d, table_id, entry in con.execute(
+                "SELECT doc_id, table_id, entry FROM doc_tables WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) "
+                "ORDER BY doc_id, table_id", ids).fetchall():
+                if d in tables:
+                    tables[d][table_id] = json.loads(entry)
+        return {
+            doc_id: ParsedDocument(
+                doc_id=doc_id, source_name=source_path, format=fmt or "txt",
+                text="".join(p.text for p in pages[doc_id]), pages=pages[doc_id], blocks=blocks[doc_id],
+                tables=tables[doc_id], encoding=encoding, sha256=sha,
+            )
+            for doc_id, (sha, fmt, encoding, source_path) in doc_rows.items()
+        }
 
     def delete_document(self, doc_id: str) -> None:
         """Remove every row of a document, then its exported sidecars.
@@ -697,15 +707,20 @@ class ChunkStore:
         return write
 
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
+        return self.load_chunks_of([doc_id], strategy).get(doc_id, [])
+
+    def load_chunks_of(self, doc_ids: Sequence[str], strategy: str) -> dict[str, list[StoredChunk]]:
+        """doc_id -> its chunks of ``strategy`` in order (empty when none), for every one of ``doc_ids``; one query."""
+        out: dict[str, list[StoredChunk]] = {doc_id: [] for doc_id in doc_ids}
         with self.connect(read_only=True) as con:
-            return [
-                StoredChunk(*row)
-                for row in con.execute(
-                    """SELECT chunk_index, text, text_sha256, token_count, char_start, char_end
-                       FROM chunks WHERE doc_id = ? AND strategy = ? ORDER BY chunk_index""",
-                    [doc_id, strategy],
-                ).fetchall()
-            ]
+            for doc_id, *row in con.execute(
+                """SELECT doc_id, chunk_index, text, text_sha256, token_count, char_start, char_end
+                   FROM chunks WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ?
+                   ORDER BY doc_id, chunk_index""",
+                [list(doc_ids), strategy],
+            ).fetchall():
+                out[doc_id].append(StoredChunk(*row))
+        return out
 
     def chunk_state(self, strategy: str) -> dict[str, tuple[str, str]]:
         """doc_id -> (doc_sha256, config_hash) of the stored chunks of one strategy."""
@@ -799,15 +814,19 @@ class ChunkStore:
         return write
 
     def load_embeddings(self, doc_id: str, strategy: str) -> list[tuple[int, np.ndarray]]:
+        return self.load_embeddings_of([doc_id], strategy).get(doc_id, [])
+
+    def load_embeddings_of(self, doc_ids: Sequence[str], strategy: str) -> dict[str, list[tuple[int, np.ndarray]]]:
+        """doc_id -> its (chunk_index, vector) of ``strategy`` in order (empty when none); one query."""
+        out: dict[str, list[tuple[int, np.ndarray]]] = {doc_id: [] for doc_id in doc_ids}
         with self.connect(read_only=True) as con:
-            return [
-                (i, np.asarray(v, dtype=np.float32))
-                for i, v in con.execute(
-                    "SELECT chunk_index, embedding FROM embeddings WHERE doc_id = ? AND strategy = ? "
-                    "ORDER BY chunk_index",
-                    [doc_id, strategy],
-                ).fetchall()
-            ]
+            for doc_id, i, v in con.execute(
+                "SELECT doc_id, chunk_index, embedding FROM embeddings "
+                "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ? ORDER BY doc_id, chunk_index",
+                [list(doc_ids), strategy],
+            ).fetchall():
+                out[doc_id].append((i, np.asarray(v, dtype=np.float32)))
+        return out
 
     # -- reporting ------------------------------------------------------------------
 
