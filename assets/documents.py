@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from dagster import (
     AssetExecutionContext,
@@ -28,14 +28,14 @@ from dagster import (
 )
 
 from assets.checks import CheckDef, CheckOutcome, check_specs, emit_partition_results, record_failed_partition
-from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs
+from assets.costs import StageCost, ingest_id_of, record_stage_costs, share_out
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.limits import DocumentLimits, LimitExceeded
 from chunking.model import ParsedDocument
 from chunking.parsers import DocumentError
 from chunking.parsers.worker import parse_in_worker
 from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint
-from resources.store import StoreResource
+from resources.store import ChunkStore, StoreResource, Write
 
 log = logging.getLogger(__name__)
 
@@ -117,32 +117,32 @@ def raw_documents(
     hashes: dict[str, str] = {}
     metadata: dict[str, dict] = {}
     limits = documents.document_limits()
-    costs: list[StageCost] = []
+    writes: dict[str, tuple[str, tuple]] = {}  # doc_id -> (what to record: read, parsed or error, its values)
+    seconds: dict[str, float] = {}  # doc_id -> seconds spent reading it
     for doc_id in context.partition_keys:
         started = time.perf_counter()
-        store_watch = Stopwatch()
         read = read_source(doc_id, sources, limits)
         if read.error:
             errors[doc_id] = read.error
             context.log.error(read.error)
             if read.sha256 is not None:
                 # Recorded with its real hash and size: the same bytes are not re-run.
-                with store_watch.timing(doc_id):
-                    chunk_store.record_error(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
-                                             read.size_bytes, read.error)
+                writes[doc_id] = ("error", (sources[doc_id].relative_path, read.sha256, read.size_bytes, read.error))
             outcomes[doc_id] = [CheckOutcome("readable", False, description=read.error)]
-            cost = StageCost(doc_id, "read", "", time.perf_counter() - started, store_watch.get(doc_id))
-            costs.append(cost)
-            metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes, **cost.metadata()}
-            continue
-        with store_watch.timing(doc_id):
-            chunk_store.record_read(doc_id, documents.root_path, sources[doc_id].relative_path, read.sha256,
-                                    read.size_bytes)
-        hashes[doc_id] = read.sha256
-        outcomes[doc_id] = [CheckOutcome("readable", True, metadata={"sha256": read.sha256, "bytes": read.size_bytes})]
-        cost = StageCost(doc_id, "read", "", time.perf_counter() - started, store_watch.get(doc_id))
-        costs.append(cost)
-        metadata[doc_id] = {"sha256": read.sha256, "bytes": read.size_bytes, "dagster/row_count": 1, **cost.metadata()}
+            metadata[doc_id] = {"error": read.error, "bytes": read.size_bytes}
+        else:
+            writes[doc_id] = ("read", (sources[doc_id].relative_path, read.sha256, read.size_bytes))
+            hashes[doc_id] = read.sha256
+            outcomes[doc_id] = [CheckOutcome("readable", True, metadata={"sha256": read.sha256, "bytes": read.size_bytes})]
+            metadata[doc_id] = {"sha256": read.sha256, "bytes": read.size_bytes, "dagster/row_count": 1}
+        seconds[doc_id] = time.perf_counter() - started
+    store_seconds = _write_all(chunk_store, documents.root_path, writes, errors, outcomes, metadata, "readable",
+                               context)
+    hashes = {d: sha for d, sha in hashes.items() if d not in errors}
+    costs = [StageCost(d, "read", "", seconds[d] + store_seconds.get(d, 0.0), store_seconds.get(d, 0.0))
+             for d in context.partition_keys]
+    for cost in costs:
+        metadata[cost.doc_id].update(cost.metadata())
     record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
     _fail_single(context, RAW, errors, outcomes)
     # A step has one data version for all its partitions: set it only when it is this document's.
@@ -172,10 +172,11 @@ def parsed_documents(
     outcomes: dict[str, list[CheckOutcome]] = {}
     errors: dict[str, str] = {}
     metadata: dict[str, dict] = {}
-    costs: list[StageCost] = []
+    writes: dict[str, tuple[str, tuple]] = {}  # doc_id -> (what to record: read, parsed or error, its values)
+    parsed: dict[str, ParsedDocument] = {}
+    seconds: dict[str, float] = {}  # doc_id -> seconds spent parsing it
     for doc_id in context.partition_keys:
         started = time.perf_counter()
-        store_watch = Stopwatch()
         source = sources.get(doc_id)
         error = None
         if source is None:
@@ -194,27 +195,67 @@ def parsed_documents(
             if source is not None:
                 # raw_documents hashed these bytes already: keep its sha; hash only if it did not.
                 read_sha = (chunk_store.document(doc_id) or {}).get("sha256") or _fingerprint_or_empty(source)
-                with store_watch.timing(doc_id):
-                    chunk_store.record_error(doc_id, documents.root_path, source.relative_path, read_sha,
-                                             source.size_bytes, error)
+                writes[doc_id] = ("error", (source.relative_path, read_sha, source.size_bytes, error))
             outcomes[doc_id] = [CheckOutcome("parsed", False, description=error)]
-            cost = StageCost(doc_id, "parse", "", time.perf_counter() - started, store_watch.get(doc_id))
-            costs.append(cost)  # a refusal's cost counts too: a parse killed at its time limit is the slowest
-            metadata[doc_id] = {"error": error, **cost.metadata()}
-            continue
-        with store_watch.timing(doc_id):
-            chunk_store.replace_parsed(doc, documents.root_path, source.relative_path, source.size_bytes)
+            # A refusal's cost counts too: a parse killed at its time limit is the slowest.
+            metadata[doc_id] = {"error": error}
+        else:
+            writes[doc_id] = ("parsed", (doc, source.relative_path, source.size_bytes))
+            parsed[doc_id] = doc
+            shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
+                     "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text),
+                     **({"sidecar_ignored": doc.metadata["sidecar_ignored"]} if doc.metadata.get("sidecar_ignored")
+                        else {})}
+            outcomes[doc_id] = [CheckOutcome("parsed", True, metadata=shape)]
+            metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages)}
+        seconds[doc_id] = time.perf_counter() - started
+    store_seconds = _write_all(chunk_store, documents.root_path, writes, errors, outcomes, metadata, "parsed",
+                               context)
+    for doc_id, doc in parsed.items():
+        if doc_id not in errors:  # exported once its rows are stored: the sidecars never run ahead of the store
+            exported = time.perf_counter()
             _export_sidecars(doc, sidecar_dir, context)
-        shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
-                 "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text),
-                 **({"sidecar_ignored": doc.metadata["sidecar_ignored"]} if doc.metadata.get("sidecar_ignored") else {})}
-        outcomes[doc_id] = [CheckOutcome("parsed", True, metadata=shape)]
-        cost = StageCost(doc_id, "parse", "", time.perf_counter() - started, store_watch.get(doc_id))
-        costs.append(cost)
-        metadata[doc_id] = {**shape, "dagster/row_count": len(doc.pages), **cost.metadata()}
+            seconds[doc_id] += time.perf_counter() - exported
+    costs = [StageCost(d, "parse", "", seconds[d] + store_seconds.get(d, 0.0), store_seconds.get(d, 0.0))
+             for d in context.partition_keys]
+    for cost in costs:
+        metadata[cost.doc_id].update(cost.metadata())
     record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
     _fail_single(context, PARSED, errors, outcomes)
     yield from emit_partition_results(context, PARSED, PARSED_CHECKS, outcomes, metadata)
+
+
+def _write_all(
+    chunk_store: ChunkStore, source_root: str, writes: dict[str, tuple[str, tuple]], errors: dict[str, str],
+    outcomes: dict[str, list[CheckOutcome]], metadata: dict[str, dict], check: str, context: AssetExecutionContext,
+) -> dict[str, float]:
+    """Store this step's documents (doc_id -> ("read" | "parsed" | "error", values)) in one
+    transaction (``ChunkStore.write_documents``); a document whose rows could not be stored gets
+    the cause as its error, failed check and metadata. Returns each document's share of the
+    write's seconds (equal shares)."""
+    builders = {"read": chunk_store.recording_reads, "parsed": chunk_store.replacing_parsed,
+                "error": chunk_store.recording_errors}
+
+    def write_of(items: Mapping[str, tuple[str, tuple]]) -> Write:
+        parts = [builder(source_root, {d: values for d, (kind, values) in items.items() if kind == name})
+                 for name, builder in builders.items() if any(kind == name for kind, _ in items.values())]
+
+        def write(con) -> None:
+            for part in parts:
+                part(con)
+
+        return write
+
+    started = time.perf_counter()
+    failures = chunk_store.write_documents(writes, write_of)
+    shares = share_out(time.perf_counter() - started, dict.fromkeys(writes, 1.0))
+    for doc_id, exc in failures.items():
+        error = f"{doc_id}: could not be stored (nothing of it was): {type(exc).__name__}: {exc}"
+        errors[doc_id] = error
+        context.log.error(error)
+        outcomes[doc_id] = [CheckOutcome(check, False, description=error)]
+        metadata[doc_id] = {"error": error}
+    return shares
 
 
 def _fingerprint_or_empty(source: SourceFile) -> str:

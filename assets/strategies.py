@@ -9,7 +9,7 @@ of them write the shared ``chunks`` / ``embeddings`` tables, keyed by strategy.
 
 import logging
 import time
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 from dagster import (
@@ -43,7 +43,7 @@ from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
-from resources.store import StoreResource
+from resources.store import ChunkStore, StoreResource, Write
 from resources.tokenizer import TokenizerResource
 from search.context import with_context
 
@@ -82,6 +82,31 @@ def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
         "tokens_mean": round(float(np.mean(token_counts)), 1),
         "tokens_p50": int(np.percentile(token_counts, 50, method="lower")),
     }
+
+
+def _chunks_write_of(
+    chunk_store: ChunkStore, strategy: str, cfg_hash: str, model_id: str, seeded: dict[str, int],
+):
+    """For ``ChunkStore.write_documents``: the write of some documents' chunks (doc_id -> (chunks,
+    doc_sha256, vectors its chunking computed)), the vectors included. The vectors each document
+    added to the cache are counted in ``seeded[doc_id]`` (a text two documents share counts on
+    the first), set afresh whenever the write runs."""
+    def write_of(items: Mapping[str, tuple[list[Chunk], str, dict[str, np.ndarray]]]) -> Write:
+        replace = chunk_store.replacing_chunks(strategy, {d: (chunks, sha) for d, (chunks, sha, _) in items.items()},
+                                               config_hash=cfg_hash)
+        known = {sha: v for _, _, vectors in items.values() for sha, v in vectors.items()}
+        cache = chunk_store.caching_embeddings(model_id, known) if known else None
+
+        def write(con) -> None:
+            replace(con)
+            added = cache(con) if cache is not None else set()
+            for doc_id, (_, _, vectors) in items.items():
+                seeded[doc_id] = len(added & set(vectors))
+                added = added - set(vectors)
+
+        return write
+
+    return write_of
 
 
 def build_strategy_assets(
@@ -128,12 +153,17 @@ def build_strategy_assets(
         outcomes: dict[str, list[CheckOutcome]] = {}
         errors: dict[str, str] = {}
         metadata: dict[str, dict] = {}
-        costs: list[StageCost] = []
+        computed: dict[str, tuple] = {}  # doc_id -> (doc, chunks, seconds to compute them)
+        to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
+        seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
+        # Read once for the step (in lake mode every query costs catalog round trips).
+        parses = chunk_store.load_parsed_of(context.partition_keys)
+        unparsed = chunk_store.documents_of([d for d in context.partition_keys if d not in parses])
         for doc_id in context.partition_keys:
             started = time.perf_counter()
-            doc = chunk_store.load_parsed(doc_id)
+            doc = parses.get(doc_id)
             if doc is None:
-                row = chunk_store.document(doc_id) or {}
+                row = unparsed.get(doc_id) or {}
                 errors[doc_id] = f"{doc_id}: no parsed text to chunk: {row.get('error') or 'it has not been parsed'}"
                 # A parse failure was reported where it happened; here it is only context.
                 (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
@@ -149,19 +179,30 @@ def build_strategy_assets(
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
                 continue
-            written = time.perf_counter()
-            chunk_store.replace_chunks(doc_id, strategy_name, chunks, config_hash=cfg_hash, doc_sha256=doc.sha256)
             # The vectors this strategy already computed for whole chunk texts go to the cache,
             # so the embeddings step counts them as hits; the run report adds them up.
-            seeded = {}
-            if reuse_vectors:
-                known = doc_embedder.vectors_for({c.text_sha256: c.text for c in chunks})
-                seeded = {"vectors_from_chunking": chunk_store.add_cached_embeddings(embedding.model_id, known)}
-            store_seconds = time.perf_counter() - written
+            known = doc_embedder.vectors_for({c.text_sha256: c.text for c in chunks}) if reuse_vectors else {}
+            to_write[doc_id] = (chunks, doc.sha256, known)
+            computed[doc_id] = (doc, chunks, time.perf_counter() - started)
+        # Every computed document's rows in one transaction: one commit per step, not per document.
+        written = time.perf_counter()
+        write_failures = chunk_store.write_documents(
+            to_write, _chunks_write_of(chunk_store, strategy_name, cfg_hash, embedding.model_id, seeded))
+        store_share = share_out(time.perf_counter() - written, {d: len(computed[d][1]) for d in computed})
+        costs: list[StageCost] = []
+        for doc_id, (doc, chunks, compute_seconds) in computed.items():
+            if doc_id in write_failures:
+                exc = write_failures[doc_id]
+                errors[doc_id] = (f"{doc.source_name or doc_id}: {strategy_name} chunks could not be stored "
+                                  f"(nothing of them was): {type(exc).__name__}: {exc}")
+                context.log.error(errors[doc_id])
+                metadata[doc_id] = {"error": errors[doc_id]}
+                continue
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
-            cost = StageCost(doc_id, "chunk", strategy_name, time.perf_counter() - started, store_seconds)
+            cost = StageCost(doc_id, "chunk", strategy_name, compute_seconds + store_share[doc_id], store_share[doc_id])
             costs.append(cost)
-            metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata(), **seeded}
+            from_chunking = {"vectors_from_chunking": seeded.get(doc_id, 0)} if reuse_vectors else {}
+            metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata(), **from_chunking}
         record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
@@ -189,11 +230,10 @@ def build_strategy_assets(
         model_id = embedding.model_id
         per_doc, store_watch = Stopwatch(), Stopwatch()  # work done for one document: its own seconds
         # A document that failed to parse has nothing to embed and nothing to check.
-        rows_by_doc = {
-            doc_id: chunk_store.load_chunks(doc_id, strategy_name)
-            for doc_id in context.partition_keys
-            if (chunk_store.document(doc_id) or {}).get("status") == "parsed"
-        }
+        # Read once for the step (in lake mode every query costs catalog round trips).
+        document_rows = chunk_store.documents_of(context.partition_keys)
+        rows_by_doc = chunk_store.load_chunks_of(
+            [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"], strategy_name)
         if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
             rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
@@ -215,31 +255,45 @@ def build_strategy_assets(
         vector_of = {**cached, **fresh}
         outcomes: dict[str, list[CheckOutcome]] = {}
         metadata: dict[str, dict] = {
-            doc_id: {"error": f"{doc_id}: nothing to embed: {(chunk_store.document(doc_id) or {}).get('error') or 'not parsed'}"}
+            doc_id: {"error": f"{doc_id}: nothing to embed: {(document_rows.get(doc_id) or {}).get('error') or 'not parsed'}"}
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         new_by_doc: dict[str, set[str]] = {}
+        to_write: dict[str, tuple] = {}  # doc_id -> (rows, its freshly embedded vectors)
         for doc_id, rows in rows_by_doc.items():
-            doc_started = time.perf_counter()
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
-            with store_watch.timing(doc_id):
-                chunk_store.replace_embeddings(
-                    doc_id, strategy_name, model_id,
-                    [(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh,
-                )
-            stored = [v for _, v in chunk_store.load_embeddings(doc_id, strategy_name)]
+            to_write[doc_id] = ([(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh)
+            new_here = set(doc_fresh) - counted_fresh
+            counted_fresh |= new_here
+            new_by_doc[doc_id] = new_here
+        # Every document's vectors in one transaction: one commit per step, not per document;
+        # each document's share of it follows its number of chunks.
+        written = time.perf_counter()
+        write_failures = chunk_store.write_documents(
+            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items))
+        write_seconds = time.perf_counter() - written
+        for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
+            store_watch.add(doc_id, seconds)
+            per_doc.add(doc_id, seconds)
+        stored_vectors = chunk_store.load_embeddings_of([d for d in rows_by_doc if d not in write_failures], strategy_name)
+        for doc_id, rows in rows_by_doc.items():
+            if doc_id in write_failures:
+                exc = write_failures[doc_id]
+                metadata[doc_id] = {"error": f"{doc_id}: {strategy_name} vectors could not be stored (nothing of "
+                                             f"them was): {type(exc).__name__}: {exc}"}
+                context.log.error(metadata[doc_id]["error"])
+                continue
+            doc_started = time.perf_counter()
+            stored = [v for _, v in stored_vectors[doc_id]]
             model_tokens = [embedder.count_model_tokens(c.text) for c in rows]
             outcomes[doc_id] = [
                 check_embeddings("embeddings_complete", len(rows), stored, embedder.dimension),
                 check_model_max_sequence("within_model_max_sequence", model_tokens, embedder.max_seq_length),
             ]
-            new_here = set(doc_fresh) - counted_fresh
-            counted_fresh |= new_here
-            new_by_doc[doc_id] = new_here
             metadata[doc_id] = {
                 "dagster/row_count": len(stored),
-                "new_embeddings": len(new_here),
+                "new_embeddings": len(new_by_doc[doc_id]),
                 "cache_hits": sum(1 for c in rows if c.text_sha256 in cached),
                 "model_tokens_max": max(model_tokens, default=0),
             }
@@ -254,7 +308,7 @@ def build_strategy_assets(
             StageCost(d, "embed", strategy_name, per_doc.get(d) + model_share[d] + overhead[d], store_watch.get(d),
                       model_seconds=model_share[d], new_embeddings=metadata[d]["new_embeddings"],
                       cache_hits=metadata[d]["cache_hits"])
-            for d in rows_by_doc
+            for d in rows_by_doc if d not in write_failures
         ]
         for cost in costs:
             metadata[cost.doc_id].update(cost.metadata())

@@ -218,7 +218,7 @@ def _python(mode: list[str], env: dict[str, str], **kwargs) -> subprocess.Comple
 
 
 def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
-            per_run: int, lake: bool) -> Measurement:
+            per_run: int, lake: bool, threads_per_run: str = "all") -> Measurement:
     docs = work / f"docs-{multiple}x"
     if not docs.exists():
         make_corpus(corpus, multiple, docs)
@@ -242,6 +242,10 @@ def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
     ranges = split_ranges(keys, runs)
     load_before = os.getloadavg()[0]
     started = time.monotonic()
+    if threads_per_run == "split":
+        # Each run's torch (and its OpenMP pool) gets its share of the cores: two runs each using
+        # every core oversubscribe them. Set before the run's process imports torch.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(ranges)))
     procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--run-range", json.dumps(r),
                                "--per-run", str(per_run)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ranges]
@@ -290,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=("ducklake", "duckdb"), default="ducklake",
                         help="ducklake (default): a fresh lake per measurement, catalog in the cluster's "
                              "PostgreSQL; duckdb: a fresh embedded file (concurrent runs then wait on its lock)")
+    parser.add_argument("--threads-per-run", choices=("all", "split"), default="split",
+                        help="split (default): each of R concurrent runs gets cores/R torch threads "
+                             "(OMP_NUM_THREADS); all: every run uses torch's default, every core")
     parser.add_argument("--catalog-writes", type=int, default=100,
                         help="per-document chunk writes each of 1 and 2 writers commits to a fresh lake (0: skip)")
     parser.add_argument("--register", action="store_true", help=argparse.SUPPRESS)
@@ -322,14 +329,16 @@ def main(argv: list[str] | None = None) -> int:
     multiples = [int(x) for x in args.multiples.split(",")]
     run_counts = [int(x) for x in args.runs.split(",")]
     print(f"bench_scale: store {args.store}, corpus {args.corpus}, multiples {multiples}, concurrent runs {run_counts}, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"{os.cpu_count()} cores, torch threads per run: {args.threads_per_run}, "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     measurements = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         work = Path(tmp)
         with LocalCluster(work / "cluster", workers=0, lake=False) as cluster:
             for multiple in multiples:
                 for runs in run_counts:
-                    m = measure(cluster, work, Path(args.corpus), multiple, runs, args.per_run, args.store == "ducklake")
+                    m = measure(cluster, work, Path(args.corpus), multiple, runs, args.per_run, args.store == "ducklake",
+                                args.threads_per_run)
                     print(f"  {multiple}x, {runs} run(s): {m.documents} documents, {m.chunks} chunks in "
                           f"{m.seconds:.1f} s (load {m.load_before:.2f} -> {m.load_after:.2f})", flush=True)
                     measurements.append(m)

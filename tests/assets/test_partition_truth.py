@@ -141,3 +141,23 @@ def test_a_failed_parse_run_alone_shows_its_cause_on_the_check_partition(project
     assert parsed.latest_execution_status == AssetCheckExecutionRecordStatus.FAILED
     description = latest_check_description(instance, "parsed_documents", "parsed", "empty.txt")
     assert "empty.txt" in description and "empty" in description.lower().replace("empty.txt", "")
+
+
+def test_a_range_run_commits_once_per_step_whatever_its_number_of_documents(project, instance, settings, docs_dir):
+    # Issue 16: a lake commits ~5 transactions/s, serialized across runs, so a transaction per
+    # document and step bounded every run; a step now writes all its documents in one.
+    (docs_dir / "gamma.md").write_text("# Gamma\n\nA third document, so a step has more documents than commits.\n",
+                                       encoding="utf-8")
+    docs = ("alpha.md", "gamma.md", "sub/beta.txt")
+    register(instance, *docs)
+    assert run_range(project, instance, docs[0], docs[-1]).success
+
+    steps = len(project.graph_order)
+    # Per step: its documents' rows in one transaction, then its stage_costs rows in another.
+    assert stored(settings.db_path, "SELECT writes FROM write_serial", ()) == 2 * steps
+    for strategy in project.config_hashes:
+        for doc in docs:  # and every document of every step got its rows and its own metadata
+            own = stored(settings.db_path, "SELECT count(*) FROM chunks WHERE doc_id = ? AND strategy = ?",
+                         (doc, strategy))
+            assert own > 0 and latest_metadata(instance, f"chunks_{strategy}", doc)["dagster/row_count"] == own
+            assert latest_metadata(instance, f"embeddings_{strategy}", doc)["dagster/row_count"] == own

@@ -260,3 +260,55 @@ def test_a_held_live_connection_is_reported_in_one_line_with_its_pid(file_store)
     message = str(caught.value)
     assert f"locked by process {holder.pid}" in message and "\n" not in message
     store.record_read("a.txt", ROOT, "a.txt", "s", 1)  # free again once the holder is gone
+
+
+# -- one write transaction per step (issue 16: commits, not compute, bounded lake runs) -----
+
+
+def writes_committed(store: ChunkStore) -> int:
+    return query(store, "SELECT writes FROM write_serial")[0][0]
+
+
+def test_a_steps_documents_are_written_in_one_commit_each_whole(store):
+    docs = {f"d{i}.txt": f"text number {i} of the batch" for i in range(5)}
+    for doc_id, text in docs.items():
+        store.record_read(doc_id, ROOT, doc_id, f"sha-{doc_id}", len(text))
+    before = writes_committed(store)
+    failures = store.write_documents(
+        {doc_id: ([chunk(text), chunk("second " + text, 3)], f"sha-{doc_id}") for doc_id, text in docs.items()},
+        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
+    assert failures == {}
+    assert writes_committed(store) == before + 1  # one commit for five documents
+    for doc_id, text in docs.items():
+        assert [c.text for c in store.load_chunks(doc_id, "recursive")] == [text, "second " + text]
+
+
+def test_a_document_whose_rows_fail_is_left_out_and_keeps_its_old_rows(store):
+    docs = ("a.txt", "b.txt", "c.txt")
+    for doc_id in docs:
+        store.record_read(doc_id, ROOT, doc_id, "sha-old", 3)
+        store.replace_chunks(doc_id, "recursive", [chunk(f"old {doc_id}")], config_hash="cfg", doc_sha256="sha-old")
+    # b.txt's new chunks cannot be stored (a token count over INTEGER): a DuckDB error of its own rows.
+    bad = Chunk(text="new b.txt", token_count=2**40, char_start=0, char_end=9)
+    failures = store.write_documents(
+        {doc_id: ([bad] if doc_id == "b.txt" else [chunk(f"new {doc_id}")], "sha-new") for doc_id in docs},
+        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
+    assert set(failures) == {"b.txt"} and isinstance(failures["b.txt"], duckdb.Error)
+    assert [c.text for c in store.load_chunks("a.txt", "recursive")] == ["new a.txt"]
+    assert [c.text for c in store.load_chunks("c.txt", "recursive")] == ["new c.txt"]
+    assert [c.text for c in store.load_chunks("b.txt", "recursive")] == ["old b.txt"]  # nothing of it written
+
+
+def test_a_cause_shared_by_every_document_raises_with_nothing_stored(store):
+    store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
+    bad = Chunk(text="x", token_count=2**40, char_start=0, char_end=1)
+    items = {d: ([bad], "sha") for d in ("a.txt", "b.txt")}
+
+    def write_of(subset):
+        return store.replacing_chunks("recursive", subset, config_hash="cfg")
+
+    with pytest.raises(duckdb.Error):
+        store.write_documents(items, write_of)
+    with pytest.raises(duckdb.Error):  # one document: its error, as a single write raises it
+        store.write_documents({"a.txt": items["a.txt"]}, write_of)
+    assert query(store, "SELECT count(*) FROM chunks") == [(0,)]
