@@ -204,6 +204,9 @@ def main() -> None:
     parser.add_argument("--modes", default="vector")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
+    parser.add_argument("--cold", action="store_true", help="empty the work copy's vector cache first, so every "
+                        "configuration's embed seconds are measured in this run (a text two configurations share "
+                        "is embedded once, by the first)")
     parser.add_argument("--score-only", action="store_true", help="score the configurations the --work copy "
                         "already holds (with --keep-work), without chunking or embedding them again")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
@@ -233,6 +236,11 @@ def main() -> None:
     tokenizer = TokenizerResource(encoding=settings.tokenizer_encoding).get_tokenizer()
     embedding = EmbeddingModelResource(model=settings.embedding_model, batch_size=settings.embedding_batch_size,
                                        batch_tokens=settings.embedding_batch_tokens)
+    if args.cold and args.score_only:
+        sys.exit("--cold embeds again; it cannot go with --score-only")
+    if args.cold:
+        with store.transaction() as con:
+            con.execute("DELETE FROM embedding_vectors")
     with store.transaction() as con:  # configurations not asked for stay out of this run's scores
         con.execute("DELETE FROM chunk_embeddings WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
         con.execute("DELETE FROM chunks WHERE strategy NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
