@@ -762,10 +762,16 @@ class ChunkStore:
         """Append one step's ``stage_costs`` rows (ingest_id, run_id, doc_id, stage, strategy,
         seconds, store_seconds, model_seconds, new_embeddings, cache_hits) in one transaction,
         replacing the rows a retried step wrote before under the same key."""
+        # One DELETE per (run, stage, strategy), i.e. per step, not one per document: in lake
+        # mode every statement costs catalog round trips (the reason for write_documents).
+        doc_ids_by_step: dict[tuple[Any, Any, Any], list[Any]] = {}
+        for _, run_id, doc_id, stage, strategy, *_ in rows:
+            doc_ids_by_step.setdefault((run_id, stage, strategy), []).append(doc_id)
+
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            for _, run_id, doc_id, stage, strategy, *_ in rows:
-                con.execute("DELETE FROM stage_costs WHERE run_id = ? AND doc_id = ? AND stage = ? AND strategy = ?",
-                            [run_id, doc_id, stage, strategy])
+            for (run_id, stage, strategy), doc_ids in doc_ids_by_step.items():
+                con.execute("DELETE FROM stage_costs WHERE run_id = ? AND stage = ? AND strategy = ? "
+                            "AND doc_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, stage, strategy, doc_ids])
             insert_rows(con, "stage_costs", STAGE_COST_COLUMNS, [(*row, recorded_at) for row in rows])
 
         self.write_transaction(write)

@@ -5,6 +5,7 @@ Tests taking ``store`` run in both modes (conftest.py): the embedded DuckDB file
 DuckLake with its catalog in PostgreSQL. ``file_store`` tests are about the file itself
 (its migration, its lock)."""
 
+from datetime import datetime
 import subprocess
 import sys
 import textwrap
@@ -312,3 +313,20 @@ def test_a_cause_shared_by_every_document_raises_with_nothing_stored(store):
     with pytest.raises(duckdb.Error):  # one document: its error, as a single write raises it
         store.write_documents({"a.txt": items["a.txt"]}, write_of)
     assert query(store, "SELECT count(*) FROM chunks") == [(0,)]
+
+
+def test_a_retried_steps_stage_costs_replace_its_rows_and_keep_the_others(store):
+    def row(run, doc, stage, strategy, seconds):
+        return ("ingest", run, doc, stage, strategy, seconds, 0.0, 0.0, 0, 0)
+
+    at = datetime(2026, 1, 1)
+    store.record_stage_costs([row("r1", "a", "chunk", "recursive", 1.0), row("r1", "b", "chunk", "recursive", 2.0),
+                              row("r1", "a", "chunk", "sentence", 3.0), row("r0", "a", "chunk", "recursive", 4.0)],
+                             recorded_at=at)
+    # The same step (run r1, chunk, recursive) run again: its rows replaced, every other row kept.
+    store.record_stage_costs([row("r1", "a", "chunk", "recursive", 5.0), row("r1", "b", "chunk", "recursive", 6.0)],
+                             recorded_at=at)
+    assert query(store, "SELECT run_id, doc_id, strategy, seconds FROM stage_costs ORDER BY ALL") == [
+        ("r0", "a", "recursive", 4.0), ("r1", "a", "recursive", 5.0), ("r1", "a", "sentence", 3.0),
+        ("r1", "b", "recursive", 6.0),
+    ]
