@@ -20,10 +20,12 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     [store]                  # where the tables live (resources/store.py); default: the DuckDB file
     mode = "ducklake"
     catalog = "postgres:dbname=chunkyard host=/run/postgresql user=chunkyard"
-    data_path = "data/lake"
+    data_path = "data/lake"  # or "s3://bucket/prefix", with optional s3_endpoint, s3_url_style,
+                             # s3_use_ssl, s3_region (credentials: AWS_* environment variables)
 
 Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR, and for the
-store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH.
+store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH, CHUNKYARD_STORE_S3_ENDPOINT,
+CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL, CHUNKYARD_STORE_S3_REGION.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ from chunking.strategies import StrategySpec, get_strategy, strategy_names
 from resources.store import LakeConfig, lake_config
 
 STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
-             "data_path": "CHUNKYARD_STORE_DATA_PATH"}
+             "data_path": "CHUNKYARD_STORE_DATA_PATH", "s3_endpoint": "CHUNKYARD_STORE_S3_ENDPOINT",
+             "s3_url_style": "CHUNKYARD_STORE_S3_URL_STYLE", "s3_use_ssl": "CHUNKYARD_STORE_S3_USE_SSL",
+             "s3_region": "CHUNKYARD_STORE_S3_REGION"}
 
 
 class StoreSettings(BaseModel):
@@ -52,7 +56,12 @@ class StoreSettings(BaseModel):
     In lake mode ``catalog`` is ``postgres:<libpq string>`` (many machines),
     ``sqlite:<file>`` (many processes, one machine) or ``duckdb:<file>`` (one process);
     ``data_path`` is a folder (relative paths are taken from the working directory and
-    stored absolute) or an object-storage URL read and written through httpfs.
+    stored absolute) or an object-storage URL read and written through httpfs. With an
+    ``s3://bucket/prefix`` data_path, ``s3_endpoint`` (``host:port`` or ``http(s)://host:port``
+    of an S3-compatible server), ``s3_url_style`` (``path``, the default with an endpoint, or
+    ``vhost``), ``s3_use_ssl`` and ``s3_region`` say how to reach it; the credentials are not
+    settings: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` or a DuckDB secret
+    (``resources.store.s3_secret_sql``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,6 +69,10 @@ class StoreSettings(BaseModel):
     mode: Literal["duckdb", "ducklake"] = "duckdb"
     catalog: str | None = None
     data_path: str | None = None
+    s3_endpoint: str | None = None
+    s3_url_style: str | None = None
+    s3_use_ssl: bool | None = None
+    s3_region: str | None = None
 
     @model_validator(mode="after")
     def _lake_is_complete(self) -> "StoreSettings":
@@ -72,7 +85,8 @@ class StoreSettings(BaseModel):
         return self
 
     def lake(self) -> LakeConfig | None:
-        return lake_config(self.mode, self.catalog, self.data_path)
+        return lake_config(self.mode, self.catalog, self.data_path, s3_endpoint=self.s3_endpoint,
+                           s3_url_style=self.s3_url_style, s3_use_ssl=self.s3_use_ssl, s3_region=self.s3_region)
 
 
 # A variant's name becomes asset names (chunks_<name>) and the store's strategy column.

