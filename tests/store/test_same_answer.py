@@ -1,6 +1,7 @@
 """Same answer everywhere: examples/docs ingested through the real Dagster job into the embedded
 file (one run) and into a DuckLake (two runs at once, in two processes, over disjoint documents)
-hold the same rows in every table: chunks, offsets, token counts, blocks, vectors within 1e-5."""
+hold the same rows in every table: chunks, offsets, token counts, blocks, vectors within 1e-5.
+The lake's data files are in a local folder, or in an S3-compatible server (moto's)."""
 
 from __future__ import annotations
 
@@ -79,25 +80,63 @@ def assert_same_rows(table: str, columns: list[str], embedded: list[tuple], lake
         np.testing.assert_allclose(file_row[vector_column], lake_row[vector_column], atol=1e-5, rtol=0)
 
 
+class EmbeddedIngest:
+    """The embedded-file ingest both lake cases compare with: started once, finished when first needed."""
+
+    def __init__(self, db: Path, proc: subprocess.Popen) -> None:
+        self.path, self.proc, self.done = db, proc, False
+
+    def db(self) -> Path:
+        if not self.done:
+            finish(self.proc)
+            self.done = True
+        return self.path
+
+
+def document_ids() -> list[str]:
+    return sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def embedded_ingest(tmp_path_factory):
+    db = tmp_path_factory.mktemp("file") / "chunkyard.duckdb"
+    ingest = EmbeddedIngest(db, start_ingest({"CHUNKYARD_DB": str(db)}, document_ids()))
+    yield ingest
+    if ingest.proc.poll() is None:  # a test failed before needing it
+        ingest.proc.kill()
+        ingest.proc.communicate()
+
+
 @pytest.mark.model
-def test_embedded_and_two_concurrent_lake_runs_store_the_same_rows(postgres, tmp_path):
-    docs = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*") if p.is_file())
+@pytest.mark.parametrize("data_at", ["folder", "s3"])
+def test_embedded_and_two_concurrent_lake_runs_store_the_same_rows(data_at, embedded_ingest, postgres, tmp_path,
+                                                                    request):
+    docs = document_ids()
     assert len(docs) >= 4
-    lake = postgres.new_lake(tmp_path / "lake-data")
+    if data_at == "s3":
+        s3_server = request.getfixturevalue("s3_server")
+        lake = request.getfixturevalue("s3_lake")  # the server's AWS_* credentials are in the environment
+        data_env = {"CHUNKYARD_STORE_S3_ENDPOINT": s3_server.endpoint}
+    else:
+        lake = postgres.new_lake(tmp_path / "lake-data")
+        data_env = {}
     lake_env = {"CHUNKYARD_DB": str(tmp_path / "lake" / "chunkyard.duckdb"), "CHUNKYARD_STORE_MODE": "ducklake",
-                "CHUNKYARD_STORE_CATALOG": lake.catalog, "CHUNKYARD_STORE_DATA_PATH": lake.data_path}
-    file_db = tmp_path / "file" / "chunkyard.duckdb"
+                "CHUNKYARD_STORE_CATALOG": lake.catalog, "CHUNKYARD_STORE_DATA_PATH": lake.data_path, **data_env}
     half = len(docs) // 2
     runs = [
-        start_ingest({"CHUNKYARD_DB": str(file_db)}, docs),
         start_ingest(lake_env, docs[:half]),  # the two lake runs write at once
         start_ingest(lake_env, docs[half:]),
     ]
     for proc in runs:
         finish(proc)
+    if data_at == "s3":  # the rows are in Parquet files in the bucket, not on this disk
+        prefix = lake.data_path.removeprefix(f"s3://{s3_server.bucket}/")
+        files = [key for key in s3_server.keys(prefix + "/") if key.endswith(".parquet")]
+        assert any(f"{prefix}/main/chunks/" in key for key in files), files
+        assert any(f"{prefix}/main/embedding_vectors/" in key for key in files), files
 
     compared = {}
-    with duckdb.connect(str(file_db), read_only=True) as file_con, \
+    with duckdb.connect(str(embedded_ingest.db()), read_only=True) as file_con, \
             ChunkStore(tmp_path / "unused", lake=lake).snapshot() as lake_con:
         for table in CONTENT_TABLES:
             columns, embedded = table_rows(file_con, table)
@@ -106,6 +145,6 @@ def test_embedded_and_two_concurrent_lake_runs_store_the_same_rows(postgres, tmp
             assert_same_rows(table, columns, embedded, in_lake)
             compared[table] = len(embedded)
         strategies = {s for (s,) in file_con.execute("SELECT DISTINCT strategy FROM chunks").fetchall()}
-    print("rows compared per table:", compared)
+    print(f"rows compared per table ({data_at}):", compared)
     assert compared["documents"] == len(docs) and compared["chunks"] > 0 and compared["embedding_vectors"] > 0
     assert compared["chunk_embeddings"] == compared["chunks"] and len(strategies) == 7
