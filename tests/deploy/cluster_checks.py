@@ -65,9 +65,13 @@ def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
 
     Call it while the cluster's PostgreSQL runs; it detaches before returning.
     """
-    from resources.store import ChunkStore, LakeConfig, close_lakes
+    from resources.store import ChunkStore, close_lakes, lake_config
 
-    lake = LakeConfig(catalog=env["CHUNKYARD_STORE_CATALOG"], data_path=env["CHUNKYARD_STORE_DATA_PATH"])
+    # The cluster's [store] settings as its processes read them; credentials of an s3:// lake from its AWS_*.
+    lake = lake_config("ducklake", env["CHUNKYARD_STORE_CATALOG"], env["CHUNKYARD_STORE_DATA_PATH"],
+                       s3_endpoint=env.get("CHUNKYARD_STORE_S3_ENDPOINT"))
+    saved = {name: os.environ.get(name) for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
+    os.environ.update({name: env[name] for name in saved if env.get(name)})
     try:
         with ChunkStore(scratch / "reader.duckdb", lake=lake).connect(read_only=True) as con:
             parsed = {row[0] for row in con.sql("SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
@@ -82,6 +86,11 @@ def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
                 texts.setdefault((d, s), []).append(text)
     finally:
         close_lakes()  # before the cluster stops PostgreSQL
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return LakeContents(parsed, chunk_counts, embedded, texts)
 
 

@@ -2,14 +2,15 @@
 
 One purposeful, slow test (~3 min): ``chunkyard run`` over examples/docs with
 ``executor = "celery"``, Dagster's instance in PostgreSQL (deploy/dagster.yaml) and the store
-a DuckLake (catalog in the same PostgreSQL, data files in a folder), exactly as
-deploy/README.md tells a user. It proves that
+a DuckLake (catalog in the same PostgreSQL, data files in object storage: an S3-compatible
+server started from a package, moto's, reached through DuckDB's httpfs with an endpoint and
+credentials from the environment), exactly as deploy/README.md tells a user. It proves that
 
 * every step of every run executed on a celery worker, and steps ran on both workers
   (the "Celery worker" of each step's engine event in the run's event log);
 * every document's chunks landed once per strategy in the one lake (no duplicate chunk, indexes 0..n-1 with
-  no gap, one embedding per chunk), and every run succeeded;
-* nothing the cluster started outlives it (worker processes, PostgreSQL).
+  no gap, one embedding per chunk), as Parquet files in the bucket, and every run succeeded;
+* nothing the cluster started outlives it (worker processes, PostgreSQL, the S3 server).
 """
 
 from __future__ import annotations
@@ -54,10 +55,12 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
     from deploy.local_cluster import LocalCluster
 
     run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
-    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env)
+    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env, s3=True)
     with cluster:
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
+        s3_pid = cluster.s3_server.proc.pid
+        assert cluster.env["CHUNKYARD_STORE_DATA_PATH"] == "s3://chunkyard/chunkyard"
         worker_pids = [proc.pid for proc in cluster.worker_procs]
         done = subprocess.run(
             [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(DOCS), "--progress", "none"],
@@ -73,6 +76,7 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
 
         # Every document's chunks landed once in the lake, for every strategy, one embedding per chunk.
         lake = read_lake(cluster.env, tmp_path)
+        files = [key for key in cluster.s3_server.keys("chunkyard/") if key.endswith(".parquet")]
 
     from dagster import DagsterRunStatus
 
@@ -85,6 +89,8 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
 
     expected_docs = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
     assert_every_document_once(lake, expected_docs)
+    assert any(key.startswith("chunkyard/main/chunks/") for key in files), files
+    assert any(key.startswith("chunkyard/main/embedding_vectors/") for key in files), files
 
     # Nothing started by the cluster is left running.
-    assert not still_running(worker_pids + [postgres_pid])
+    assert not still_running(worker_pids + [postgres_pid, s3_pid])

@@ -101,9 +101,9 @@ WRITER = """
     import sys, time
     import numpy as np
     from chunking.model import Chunk, Page, ParsedDocument
-    from resources.store import ChunkStore, LakeConfig
+    from resources.store import ChunkStore, LakeConfig, S3Options
 
-    lake = LakeConfig(catalog={catalog!r}, data_path={data_path!r})
+    lake = LakeConfig(catalog={catalog!r}, data_path={data_path!r}, s3=S3Options(**{s3!r}))
     store = ChunkStore("unused.duckdb", lake=lake)
     tag, docs, rounds = {tag!r}, {docs!r}, {rounds!r}
     print("ready", flush=True)
@@ -135,8 +135,8 @@ def start_writers(lake: LakeConfig, *work: tuple[str, list[str], int | None]) ->
     """One process per (tag, documents, rounds; None = until killed), released together once all are ready."""
     procs = []
     for tag, docs, rounds in work:
-        code = textwrap.dedent(WRITER).format(catalog=lake.catalog, data_path=lake.data_path, tag=tag, docs=docs,
-                                               rounds=rounds, root=ROOT)
+        code = textwrap.dedent(WRITER).format(catalog=lake.catalog, data_path=lake.data_path, s3=vars(lake.s3),
+                                               tag=tag, docs=docs, rounds=rounds, root=ROOT)
         procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for proc in procs:
@@ -183,7 +183,10 @@ def assert_whole_documents(store: ChunkStore) -> dict[str, str]:
     return labels
 
 
-def test_two_writers_and_a_killed_one_leave_every_document_whole_and_a_rerun_converges(lake):
+@pytest.mark.parametrize("data_at", ["folder", "s3"])
+def test_two_writers_and_a_killed_one_leave_every_document_whole_and_a_rerun_converges(data_at, request):
+    # The lake's data files in a folder, or in the S3 server (whose credentials the writers inherit).
+    lake = request.getfixturevalue("lake" if data_at == "folder" else "s3_lake")
     docs = [f"d{i:02d}.txt" for i in range(10)]
     # The overlap (d03..d06) is new to both writers below: their first writes race (no rows to
     # delete, so only write_serial makes them conflict); the rest hold an older version.
