@@ -305,7 +305,15 @@ def test_the_lake_instance_lets_the_store_pool_hold_as_many_runs_as_it_starts(tm
 # -- readers: search reads the lake ----------------------------------------------------------
 
 
-def test_search_reads_a_lake_as_it_reads_the_file(lake, tmp_path):
+@pytest.mark.parametrize("data_at", ["folder", "s3"])
+def test_search_reads_a_lake_as_it_reads_the_file(data_at, tmp_path, request):
+    # On S3 the search index opens the lake as the store does (resources.store.prepare_lake_connection).
+    lake = request.getfixturevalue("lake" if data_at == "folder" else "s3_lake")
+    if data_at == "s3":
+        # Every insert as a Parquet file in the bucket (not inlined in the catalog: these are
+        # small), so the index has to read the bucket.
+        with ChunkStore(tmp_path / "unused.duckdb", lake=lake).connect() as con:
+            con.execute("CALL lake.set_option('data_inlining_row_limit', 0)")
     sys.path.insert(0, str(REPO_ROOT / "tests" / "search"))
     from fixture_store import DOCS, MODEL_ID, bag_of_words, put_document
 
