@@ -213,15 +213,16 @@ def object_store_message(data_path: str, options: S3Options, duckdb_message: str
     first = duckdb_message.strip().splitlines()[0] if duckdb_message.strip() else duckdb_message
     lowered = duckdb_message.lower()
     where = f"s3_endpoint = {options.endpoint!r}" if options.endpoint else "s3_endpoint unset (AWS's)"
-    if any(word in lowered for word in ("invalidaccesskeyid", "signaturedoesnotmatch", "authentication",
-                                        "403", "accessdenied", "forbidden")):
+    # Status codes as DuckDB words them ('(HTTP 403 Forbidden)'), not any '403' (a port, a key).
+    if any(word in lowered for word in ("invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied",
+                                        "http 403", "authentication failure")):
         cause = ("the credentials were refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or your DuckDB "
                  "secret) and that they may list and write this prefix")
-    elif "nosuchbucket" in lowered or "404" in lowered:
+    elif "nosuchbucket" in lowered or "http 404" in lowered:
         bucket = data_path.removeprefix("s3://").split("/", 1)[0]
         cause = f"bucket {bucket!r} does not exist at {where}: check [store] data_path"
     elif any(word in lowered for word in ("could not connect", "resolve hostname", "connection", "timeout",
-                                          "timed out", "ssl", "certificate")):
+                                          "timed out", "ssl error", "ssl handshake", "certificate")):
         cause = f"the object store is unreachable at {where}: check [store] s3_endpoint and s3_use_ssl"
     else:
         cause = "check [store] data_path, s3_endpoint, s3_url_style, s3_region and the AWS_* credentials"

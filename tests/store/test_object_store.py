@@ -110,8 +110,13 @@ def test_object_store_errors_name_the_setting_to_fix():
     assert "s3_endpoint = '127.0.0.1:1'" in refused and "unreachable" in refused
     forbidden = object_store_message("s3://b/l", options, "HTTP 403 Forbidden\n\nSignatureDoesNotMatch: ...")
     assert "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY" in forbidden
-    missing = object_store_message("s3://gone/l", options, "HTTP 404 (NoSuchBucket)")
+    missing = object_store_message("s3://gone/l", options, "HTTP GET error ... (HTTP 404 Not Found)")
     assert "bucket 'gone' does not exist" in missing and "data_path" in missing
+    # A port or a name containing 403 / 404 is no status code.
+    port = S3Options(endpoint="127.0.0.1:4031", url_style="path", use_ssl=False)
+    unreachable = object_store_message("s3://b404/l", port, "Could not connect to server error for HTTP GET to "
+                                       "'http://127.0.0.1:4031/b404/?list-type=2'")
+    assert "unreachable at s3_endpoint = '127.0.0.1:4031'" in unreachable
 
 
 # -- against the S3 server -----------------------------------------------------------------
