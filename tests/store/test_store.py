@@ -229,7 +229,7 @@ def test_a_reader_holding_a_snapshot_never_blocks_the_writer(store):
     ingest(store, "a.txt", "alpha text", "sha-1")
     reader = start(f"""
         import sys
-        from resources.store import ChunkStore, LakeConfig
+        from resources.store import ChunkStore, LakeConfig, S3Options  # the names in LakeConfig's repr
         with ChunkStore({str(store.path)!r}, lake={store.lake!r}).snapshot() as con:
             print("ready", flush=True)
             sys.stdin.readline()
