@@ -271,6 +271,12 @@ class LakeConfig:
     data_path: str
     s3: S3Options = S3Options()
 
+    def __repr__(self) -> str:
+        # Without s3 options, the repr of a lake before they existed: code that rebuilds a
+        # LakeConfig from its repr in a subprocess needs S3Options only for an S3 lake.
+        s3 = "" if self.s3.is_default() else f", s3={self.s3!r}"
+        return f"LakeConfig(catalog={self.catalog!r}, data_path={self.data_path!r}{s3})"
+
     def catalog_kind(self) -> str:
         for kind in ("postgres", "sqlite", "duckdb"):
             if self.catalog.startswith(f"{kind}:"):

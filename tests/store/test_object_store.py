@@ -54,6 +54,9 @@ def test_s3_settings_reach_the_lake_config_and_the_resource(tmp_path, monkeypatc
     assert lake.s3 == S3Options(endpoint="minio.local:9000", url_style="path", use_ssl=False, region="eu-west-3")
     assert lake.extensions() == ("ducklake", "postgres_scanner", "httpfs")
     assert "minio.local:9000" in lake.describe()
+    # Subprocesses rebuild a lake from its repr; a folder lake's names no S3Options.
+    assert eval(repr(lake), {"LakeConfig": LakeConfig, "S3Options": S3Options}) == lake
+    assert repr(LakeConfig("sqlite:m", "/d")) == "LakeConfig(catalog='sqlite:m', data_path='/d')"
 
     monkeypatch.setenv("CHUNKYARD_STORE_S3_ENDPOINT", "s3.example.com")
     monkeypatch.setenv("CHUNKYARD_STORE_S3_URL_STYLE", "vhost")
