@@ -148,7 +148,7 @@ class CpuMeter:
 
 
 CPU_CATEGORIES = ("start", "model load", "embed", "chunk", "parse", "parse worker", "store read", "store write",
-                  "stage_costs", "dagster events", "rest of run")
+                  "stage_costs", "dagster events", "rest of run", "pg catalog", "pg dagster", "pg other")
 
 
 def install_meter(definitions) -> CpuMeter:
@@ -157,6 +157,7 @@ def install_meter(definitions) -> CpuMeter:
 
     import assets.documents
     import resources.embedding
+    import resources.store
     from chunking.embedding import SentenceTransformerEmbedder
     from resources.store import ChunkStore
 
@@ -170,6 +171,15 @@ def install_meter(definitions) -> CpuMeter:
     meter.wrap(ChunkStore, "write_documents", "store write")
     meter.wrap(ChunkStore, "record_stage_costs", "stage_costs")
     meter.wrap(DagsterInstance, "handle_new_event", "dagster events")
+    # A lost commit conflict re-runs the step's whole write transaction: work only concurrent runs do.
+    conflict_test = resources.store.is_write_conflict
+
+    def counted_conflict(exc: BaseException) -> bool:
+        lost = conflict_test(exc)
+        meter.calls["commit conflicts"] = meter.calls.get("commit conflicts", 0) + int(lost)
+        return lost
+
+    resources.store.is_write_conflict = counted_conflict
     specs = {id(i.spec): i.spec for i in definitions.load_settings().strategy_instances()}
     for spec in specs.values():  # the registry's spec objects: the assets call spec.chunk at run time
         object.__setattr__(spec, "chunk", _metered_function(meter, spec.chunk, "chunk"))
@@ -296,7 +306,8 @@ class Measurement:
     run_cpu: float  # CPU seconds of the R run processes and their parser subprocesses
     postgres_cpu: float  # CPU seconds of the cluster's PostgreSQL meanwhile (Dagster storage, lake catalog)
     machine_busy: float  # cores busy on the whole machine meanwhile (/proc/stat), other work included
-    cpu_by_category: dict[str, float]  # summed over the runs (CpuMeter)
+    cpu_by_category: dict[str, float]  # summed over the runs (CpuMeter), and PostgreSQL's (PostgresSampler)
+    commit_conflicts: int  # write transactions re-run after losing a commit conflict, over every run
 
     @property
     def docs_per_s(self) -> float:
@@ -358,6 +369,77 @@ def process_tree_cpu(pid: int) -> float:
     return total / tick
 
 
+class PostgresSampler:
+    """CPU seconds of the cluster's PostgreSQL backends per database, sampled from /proc every
+    ``interval`` s while a measurement runs: a backend's last sample counts after it exits
+    (so up to ``interval`` of each backend's CPU may be missed). Databases named ``lake_*``
+    are the lake's catalog, ``dagster_*`` Dagster's run and event storage."""
+
+    def __init__(self, postmaster_pid: int, interval: float = 0.5) -> None:
+        import threading
+
+        self.pid, self.interval = postmaster_pid, interval
+        self.first: dict[int, float] = {}  # backend pid -> CPU when first seen
+        self.last: dict[int, tuple[str, float]] = {}  # backend pid -> (database, CPU at its last sample)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "PostgresSampler":
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) != self.pid:
+                    continue
+                title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split()
+            except OSError:
+                continue
+            cpu = (int(stat[11]) + int(stat[12])) / tick
+            # "postgres: postgres <database> [local] idle": a backend; other children are the server's own.
+            database = title[2] if len(title) > 2 and title[0] == "postgres:" and "[local]" in title else "server"
+            pid = int(proc.name)
+            self.first.setdefault(pid, cpu)
+            self.last[pid] = (database, cpu)
+
+    def by_kind(self) -> dict[str, float]:
+        """CPU seconds used meanwhile: ``catalog`` (lake_*), ``dagster`` (dagster_*), ``other``."""
+        out = {"catalog": 0.0, "dagster": 0.0, "other": 0.0}
+        for pid, (database, cpu) in self.last.items():
+            kind = "catalog" if database.startswith("lake") else "dagster" if database.startswith("dagster") else "other"
+            out[kind] += cpu - self.first[pid]
+        return out
+
+
+def postgres_sessions(cluster) -> dict[str, int]:
+    """Sessions (connections) each kind of database has had since the server started
+    (pg_stat_database.sessions): ``catalog`` (lake_*), ``dagster`` (dagster_*)."""
+    out = {"catalog": 0, "dagster": 0}
+    text = cluster.server.psql("SELECT datname, sessions FROM pg_stat_database WHERE datname IS NOT NULL;")
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 2 and parts[1].isdigit():
+            kind = "catalog" if parts[0].startswith("lake") else "dagster" if parts[0].startswith("dagster") else None
+            if kind:
+                out[kind] += int(parts[1])
+    return out
+
+
 def machine_busy_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of every core since boot (/proc/stat's first line)."""
     values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -395,12 +477,14 @@ def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
     postgres_pid = cluster.server.get_postmaster_info().pid
     load_before = os.getloadavg()[0]
     cpu_before, postgres_before, busy_before = children_cpu(), process_tree_cpu(postgres_pid), machine_busy_ticks()
+    sessions_before = postgres_sessions(cluster)
     started = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--run-range", json.dumps(r),
-                               "--per-run", str(per_run)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ranges]
-    outputs = [proc.communicate() for proc in procs]
-    seconds = time.monotonic() - started
+    with PostgresSampler(postgres_pid) as sampler:
+        procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--run-range", json.dumps(r),
+                                   "--per-run", str(per_run)], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ranges]
+        outputs = [proc.communicate() for proc in procs]
+        seconds = time.monotonic() - started
     run_cpu, postgres_cpu, busy_after = (children_cpu() - cpu_before, process_tree_cpu(postgres_pid) - postgres_before,
                                          machine_busy_ticks())
     load_after = os.getloadavg()[0]
@@ -412,13 +496,18 @@ def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
     for report in reports:
         for category, cpu in report["cpu"].items():
             by_category[category] = by_category.get(category, 0.0) + cpu
+    by_category.update({f"pg {kind}": cpu for kind, cpu in sampler.by_kind().items()})
+    conflicts = sum(report["calls"].get("commit conflicts", 0) for report in reports)
+    sessions = {kind: count - sessions_before[kind] for kind, count in postgres_sessions(cluster).items()}
+    print(f"  PostgreSQL sessions opened: {sessions}; calls: "
+          + ", ".join(f"{k} {sum(r['calls'].get(k, 0) for r in reports)}" for k in reports[0]["calls"]), flush=True)
     counted = json.loads(_python(["--count"], env, check=True).stdout.strip().splitlines()[-1])
     if counted["documents"] != len(keys):
         raise SystemExit(f"{label}: {counted['documents']} of {len(keys)} documents parsed")
     busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]) * (os.cpu_count() or 1)
     return Measurement(multiple, runs, threads, [r["torch_threads"] for r in reports], counted["documents"],
                        counted["chunks"], seconds, load_before, load_after, counted["stages"], run_cpu, postgres_cpu,
-                       busy, by_category)
+                       busy, by_category, conflicts)
 
 
 def print_table(measurements: list[Measurement]) -> None:
@@ -452,10 +541,13 @@ def print_table(measurements: list[Measurement]) -> None:
     print("\nCPU seconds per category, summed over the configuration's run processes (bench CpuMeter: exclusive, "
           "every thread of the process):")
     categories = [c for c in CPU_CATEGORIES if any(c in m.cpu_by_category for m in measurements)]
-    print(f"{'configuration':<34} " + " ".join(f"{c:>{max(7, len(c))}}" for c in categories) + f" {'pg':>7}")
+    print(f"{'configuration':<34} " + " ".join(f"{c:>{max(7, len(c))}}" for c in categories)
+          + f" {'pg total':>8} {'conflicts':>9}")
     for m in measurements:
         print(f"{m.label:<34} " + " ".join(f"{m.cpu_by_category.get(c, 0.0):>{max(7, len(c))}.1f}" for c in categories)
-              + f" {m.postgres_cpu:>7.1f}")
+              + f" {m.postgres_cpu:>8.1f} {m.commit_conflicts:>9}")
+    print("(pg catalog / dagster / other: PostgreSQL backends by database, sampled every 0.5 s, so a little "
+          "below pg total, which is exact; conflicts: write transactions re-run after a lost commit conflict)")
     print("\nstep seconds per document, by stage (sum of step durations / documents; embed includes its write):")
     print(f"{'configuration':<34} " + " ".join(f"{s:>7}" for s in STAGES) + f" {'steps':>7} {'wall':>7}")
     for m in measurements:
