@@ -1,7 +1,10 @@
-"""Documents/s and chunks/s at 1 and 2 concurrent runs, at 1x and 10x corpus size.
+"""Documents/s and chunks/s at 1 and 2 concurrent runs, at 1x and 10x corpus size, with the
+CPU seconds each configuration spent and where.
 
-Run: ``.venv/bin/python bench/bench_scale.py [--corpus examples/docs] [--multiples 1,10]
-[--runs 1,2] [--store ducklake|duckdb]``  (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)
+Run (about 8 min on a quiet 2-core machine for 10x; HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1):
+``.venv/bin/python bench/bench_scale.py --multiples 10 --catalog-writes 0``
+Options: ``[--corpus examples/docs] [--multiples 1,10] [--runs 1,2] [--threads auto,1]
+[--store ducklake|duckdb] [--catalog-writes N]``.
 
 What one measurement is: a fresh store and the N-times corpus (every file copied N times
 under distinct names, ``copy00/...``; each copy's paragraphs end with their copy number, so
@@ -13,10 +16,22 @@ backfill policy's batch), in process. The time is the wall time from starting th
 processes to the last one's exit: imports and the model's load in every run are part of
 what a run costs. "1 run" is the same documents in one process.
 
-Every figure is printed as a ratio to the 1-run 1x figure of the same invocation, beside
-the load average; the last line is the 2-run/1-run time ratio at the largest multiple
-(issue 16's target: <= 0.6 on 10x). ``--store`` selects the store mode: every measurement
-gets a fresh lake (its own catalog database and data folder), or a fresh DuckDB file.
+Threads: each configuration is measured with every ``--threads`` value of chunkyard's
+``embedding_threads`` setting (CHUNKYARD_EMBEDDING_THREADS; ``auto`` = cores / R, since the
+instance's CHUNKYARD_MAX_CONCURRENT_RUNS is set to R), skipping values that resolve to a
+thread count already measured for that R. The target ratio compares 2 runs with 1 run at
+its best (fastest) thread count; the ratio to 1 run held to one thread is printed apart.
+
+CPU: the range processes' CPU seconds (getrusage of the waited children, their parser
+subprocesses included), the cluster PostgreSQL's (postmaster and backends, /proc), cores busy
+= CPU s / wall s, and the machine's busy cores meanwhile (/proc/stat, other work included).
+Inside each range process a CpuMeter splits its CPU by category (model load, embed, chunk,
+store reads/writes, stage_costs, Dagster's event writes, the rest); PostgreSQL's is split by
+database (Dagster's storage or the lake's catalog) and its sessions counted.
+
+Every throughput figure is a ratio to the first configuration of the same invocation, beside
+the load average. ``--store`` selects the store mode: every measurement gets a fresh lake
+(its own catalog database and data folder), or a fresh DuckDB file.
 """
 
 from __future__ import annotations
