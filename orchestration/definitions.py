@@ -23,7 +23,7 @@ from assets.strategies import build_strategy_assets
 from chunking.strategies import config_hash
 from orchestration.schedules import build_nightly_schedule
 from orchestration.sensors import documents_sensor
-from orchestration.settings import Settings, load_settings
+from orchestration.settings import Settings, load_settings, runs_sharing_cores
 from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import StoreResource
@@ -78,6 +78,8 @@ def build_project(settings: Settings) -> Project:
         precision=settings.embedding_precision,
         batch_tokens=settings.embedding_batch_tokens,
         workers=settings.embedding_workers,
+        threads=str(settings.embedding_threads),
+        concurrent_runs=runs_sharing_cores(settings),
     )
     strategy_assets = []
     config_hashes: dict[str, str] = {}

@@ -23,8 +23,9 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     data_path = "data/lake"  # or "s3://bucket/prefix", with optional s3_endpoint, s3_url_style,
                              # s3_use_ssl, s3_region (credentials: AWS_* environment variables)
 
-Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR, and for the
-store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH, CHUNKYARD_STORE_S3_ENDPOINT,
+Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR,
+CHUNKYARD_EMBEDDING_THREADS (embedding_threads), and for the store CHUNKYARD_STORE_MODE,
+CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH, CHUNKYARD_STORE_S3_ENDPOINT,
 CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL, CHUNKYARD_STORE_S3_REGION.
 """
 
@@ -35,13 +36,14 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
+from resources.embedding import parse_threads
 from resources.store import LakeConfig, lake_config
 
 STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
@@ -139,6 +141,9 @@ class Settings(BaseModel):
     embedding_precision: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
     embedding_batch_tokens: int | None = Field(2048, ge=1)
     embedding_workers: int | None = Field(None, ge=1)
+    # Torch intra-op threads per run: "auto" = the cores, divided in lake mode by the instance's
+    # CHUNKYARD_MAX_CONCURRENT_RUNS (runs share the machine); or a whole number (runs_sharing_cores).
+    embedding_threads: Literal["auto"] | int = "auto"
     # None: every registered strategy.
     enabled_strategies: list[str] | None = None
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -157,6 +162,11 @@ class Settings(BaseModel):
     # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
     executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
     store: StoreSettings = Field(default_factory=StoreSettings)
+
+    @field_validator("embedding_threads", mode="before")
+    @classmethod
+    def _threads_are_auto_or_a_count(cls, value: Any) -> str | int:
+        return parse_threads(value)  # one message naming the key and both accepted forms
 
     @model_validator(mode="after")
     def _variants_are_valid(self) -> "Settings":
@@ -208,6 +218,26 @@ def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
     return StrategyInstance(name, spec, config, variant.embed_with_context)
 
 
+MAX_CONCURRENT_RUNS_ENV = "CHUNKYARD_MAX_CONCURRENT_RUNS"  # deploy/dagster.yaml's run coordinator reads it
+
+
+def runs_sharing_cores(settings: Settings, environ: Mapping[str, str] = os.environ) -> int:
+    """How many runs of this project may run on one machine at once, for ``embedding_threads = "auto"``.
+
+    The embedded store admits one run at a time (its single-holder pool); in lake mode the
+    instance's queue admits ``CHUNKYARD_MAX_CONCURRENT_RUNS`` (1 when unset). Raises ValueError
+    naming the variable when it is not a whole number >= 1.
+    """
+    if settings.store.mode != "ducklake":
+        return 1
+    value = environ.get(MAX_CONCURRENT_RUNS_ENV, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{MAX_CONCURRENT_RUNS_ENV}={value!r}: expected a whole number of runs >= 1")
+    return int(value)
+
+
 def load_settings(path: str | Path | None = None) -> Settings:
     config_path = Path(path or os.environ.get("CHUNKYARD_CONFIG", "chunkyard.toml"))
     values: dict[str, Any] = {}
@@ -220,6 +250,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         values["db_path"] = os.environ["CHUNKYARD_DB"]
     if os.environ.get("CHUNKYARD_EXECUTOR"):
         values["executor"] = os.environ["CHUNKYARD_EXECUTOR"]
+    if os.environ.get("CHUNKYARD_EMBEDDING_THREADS"):
+        values["embedding_threads"] = os.environ["CHUNKYARD_EMBEDDING_THREADS"]
     for key, variable in STORE_ENV.items():
         if os.environ.get(variable):
             values["store"] = {**values.get("store", {}), key: os.environ[variable]}

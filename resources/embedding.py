@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from dagster import ConfigurableResource
@@ -32,6 +33,39 @@ def _load(
     )
 
 
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else the CPU count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def parse_threads(value: object) -> str | int:
+    """``embedding_threads`` read: ``"auto"`` (any case) or a whole number >= 1 (an int or its digits).
+
+    Raises ValueError naming ``embedding_threads`` and both accepted forms otherwise.
+    """
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    digits = isinstance(value, str) and value.strip().isdigit()
+    if (isinstance(value, int) and not isinstance(value, bool) or digits) and int(value) >= 1:
+        return int(value)
+    raise ValueError(f"embedding_threads: expected \"auto\" or a whole number of threads >= 1, got {value!r}")
+
+
+def resolve_threads(threads: object, cores: int, concurrent_runs: int) -> int:
+    """Torch intra-op threads for one run's process: a whole number as given, or for ``auto``
+    the run's share of the cores, ``cores // concurrent_runs`` (at least 1), so runs sharing a
+    machine do not oversubscribe it (R runs on C cores each taking C threads run R*C threads
+    on C cores). Raises ValueError naming ``embedding_threads`` (see :func:`parse_threads`).
+    """
+    if concurrent_runs < 1:
+        raise ValueError(f"concurrent runs must be at least 1, got {concurrent_runs}")
+    parsed = parse_threads(threads)
+    return max(1, cores // concurrent_runs) if parsed == "auto" else parsed
+
+
 class EmbeddingModelResource(ConfigurableResource):
     """A sentence-transformers model by name or local path (default: bundled all-MiniLM-L6-v2)."""
 
@@ -46,6 +80,16 @@ class EmbeddingModelResource(ConfigurableResource):
         ge=1,
         description="Batches run side by side on this many threads, one torch thread each (None: torch's count).",
     )
+    threads: str = Field(
+        default="auto",
+        description="Torch intra-op threads while this process embeds: a whole number, or auto = the cores "
+        "divided by concurrent_runs (settings key embedding_threads).",
+    )
+    concurrent_runs: int = Field(
+        default=1, ge=1,
+        description="Runs that share this machine's cores at once (lake mode: the instance's "
+        "CHUNKYARD_MAX_CONCURRENT_RUNS; the embedded store runs one at a time).",
+    )
     normalize: bool = Field(default=True, description="L2-normalise vectors (cosine = dot product).")
     precision: str = Field(
         default="auto",
@@ -53,7 +97,20 @@ class EmbeddingModelResource(ConfigurableResource):
         "(about 2x faster than float32 with AMX, ~7x slower without native bfloat16; cosine to float32 > 0.999).",
     )
 
+    @property
+    def resolved_threads(self) -> int:
+        """``threads`` with ``auto`` resolved against this machine's cores and ``concurrent_runs``."""
+        return resolve_threads(self.threads, available_cores(), self.concurrent_runs)
+
     def get_embedder(self) -> SentenceTransformerEmbedder:
+        """The model (loaded once per process and configuration), with torch's intra-op thread
+        count set to :attr:`resolved_threads` (process-wide: torch has one pool; set on every
+        call, so it holds whatever else in the process changed it)."""
+        threads = self.resolved_threads
+        import torch  # the model's own import; here only after the setting is known to be valid
+
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         return _load(
             self.model, self.device, self.batch_size, self.normalize, self.resolved_precision, self.batch_tokens,
             self.workers,

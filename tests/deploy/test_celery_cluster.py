@@ -69,7 +69,7 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
 
         # The run history is in the cluster's PostgreSQL, read here as any machine would.
         with cluster_instance(cluster.env, monkeypatch) as instance:
-            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"  # deploy/dagster.yaml
             # The queue's limit comes from the environment (CHUNKYARD_MAX_CONCURRENT_RUNS).
             assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
             workers, succeeded, runs = _celery_steps(instance)

@@ -238,7 +238,7 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         mark("daemon up")
         sessions.append(cluster.service_procs["daemon"].pid)
         with cluster_instance(cluster.env, monkeypatch) as instance:
-            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"  # deploy/dagster.yaml
             assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == MAX_CONCURRENT_RUNS
             terminal = {BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED,
                         BulkActionStatus.COMPLETED, BulkActionStatus.FAILED, BulkActionStatus.CANCELED}
