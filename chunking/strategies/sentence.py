@@ -223,6 +223,7 @@ class _Splitter:
         # Exact counts of source spans; with tiktoken, answered from one encoding
         # of the document instead of encoding each sentence and then each chunk.
         self.count_span = span_counter(self.tokenizer, text)
+        self.any_figure = False  # set by page_units on the first figure it cuts out
 
     # -- counting --------------------------------------------------------------------
 
@@ -271,6 +272,7 @@ class _Splitter:
         for match in FIGURE.finditer(self.text, start, end):
             spans += self.sentences(at, match.start())
             figures.add(len(spans))
+            self.any_figure = True
             spans.append(match.span())
             at = match.end()
         spans += self.sentences(at, end)
@@ -506,7 +508,7 @@ class _Splitter:
         elif not text.strip():
             draft.text = ""
         else:
-            draft.text = text if draft.figure else self.normalize(text)
+            draft.text = text if self.is_figure(draft) else self.normalize(text)
         return draft.text
 
     def normalize(self, text: str) -> str:
@@ -532,7 +534,7 @@ class _Splitter:
         if target <= 0:
             return
         candidates: list[tuple[_Draft, _Draft, str]] = []
-        figures = [draft.figure for draft in drafts] if not self.config.reference_mode else []
+        figures = [self.is_figure(draft) for draft in drafts] if not self.config.reference_mode else []
         for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
             if self.config.reference_mode:
                 if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
@@ -674,11 +676,12 @@ class _Splitter:
 
     def overlap_joiner(self, current: _Draft, following: _Draft, prefix: str) -> str:
         """The whitespace that separated the two chunks in the source, else a safe space."""
-        gap = self.text[current.units[-1].end : following.units[0].start]
-        last, first = self.text[current.units[-1].start : current.units[-1].end], self.text[following.units[0].start : following.units[0].end]
-        gap = last[len(last.rstrip()) :] + gap + first[: len(first) - len(first.lstrip())]
-        if gap and gap.isspace() and current.units[-1].end <= following.units[0].start:
-            return gap
+        if current.units[-1].end <= following.units[0].start:
+            # The trailing whitespace of the last unit, the source between, the leading
+            # whitespace of the next chunk's first unit: one contiguous slice.
+            gap = self.text[self.text_end(current) : self.text_start(following)]
+            if gap and gap.isspace():
+                return gap
         return " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
 
     def source_end_of_prefix(self, draft: _Draft, prefix: str) -> int:
@@ -699,7 +702,7 @@ class _Splitter:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
                 text, tokens = draft.text, self.count_at(draft.text, self.text_start(draft))
-            if tokens > self.cap and not draft.figure:
+            if tokens > self.cap and not self.is_figure(draft):
                 chunks.extend(self.resplit(doc, draft))
                 continue
             chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets))
@@ -733,24 +736,38 @@ class _Splitter:
     def text_start(self, draft: _Draft) -> int:
         """Where ``draft.text`` starts in the source when it is verbatim (its first unit, trimmed)."""
         first = draft.units[0]
+        if first.start < first.end and not self.text[first.start].isspace():
+            return first.start  # nothing to trim (most units: a sentence starts after the last one's space)
         raw = self.text[first.start : first.end]
         return first.end - len(raw.lstrip())
+
+    def text_end(self, draft: _Draft) -> int:
+        """Where ``draft``'s units end in the source, trailing whitespace trimmed."""
+        last = draft.units[-1]
+        if last.start < last.end and not self.text[last.end - 1].isspace():
+            return last.end
+        raw = self.text[last.start : last.end]
+        return last.end - (len(raw) - len(raw.rstrip()))
+
+    def is_figure(self, draft: _Draft) -> bool:
+        """``draft.figure``, answered without looking at its units in a document without figures."""
+        return self.any_figure and draft.figure
 
     def make_chunk(
         self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
     ) -> Chunk:
-        first, last = draft.units[0], draft.units[-1]
-        raw_first = self.text[first.start : first.end]
-        raw_last = self.text[last.start : last.end]
-        start = first.start + len(raw_first) - len(raw_first.lstrip())
-        end = last.end - (len(raw_last) - len(raw_last.rstrip()))
+        start, end = self.text_start(draft), self.text_end(draft)
         if draft.overlap:
             end = max(end, draft.overlap_end)
         start, end = min(start, end), max(start, end)
-        pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
-        page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
+        if len(doc.pages) == 1:  # every unit and offset is on that page
+            page_start = page_end = doc.pages[0].page_num
+        else:
+            pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
+            page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
+            page_start, page_end = min(pages), max(page_end, max(pages))
         metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
-        if draft.figure:
+        if self.is_figure(draft):
             metadata["cap_exempt"] = "figure"
         if draft.overlap:
             metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
@@ -759,8 +776,8 @@ class _Splitter:
             char_start=start,
             char_end=end,
             token_count=tokens,
-            page_start=min(pages),
-            page_end=max(page_end, max(pages)),
+            page_start=page_start,
+            page_end=page_end,
             verbatim=text == doc.text[start:end],
             metadata=metadata,
         )

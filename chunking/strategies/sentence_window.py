@@ -186,22 +186,29 @@ def _units(
     # are counted in one batch.
     huge = 32 * max_size if split_oversize else len(text)
     spans = sentence_spans(text)
-    ordinary = [(start, end) for start, end in spans if end - start <= huge]
-    ordinary_sizes = iter(count_spans(count, [start for start, _ in ordinary], [end for _, end in ordinary]))
-    units: list[tuple[int, int, int]] = []
-    for start, end in spans:
-        if end - start <= huge:
-            size = next(ordinary_sizes)
-        elif count(start, start + 16 * max_size) > max_size:
-            size = max_size + 1
-        else:
-            size = count(start, end)
-        if size <= max_size or not split_oversize:
-            units.append((start, end, size))
-            continue
+    if not spans:
+        return []
+    starts, ends = map(list, zip(*spans))
+    if max(map(int.__sub__, ends, starts)) <= huge:
+        sizes = count_spans(count, starts, ends)  # the common case: every sentence counted in one batch
+    else:
+        ordinary = [i for i, (start, end) in enumerate(spans) if end - start <= huge]
+        ordinary_sizes = count_spans(count, [starts[i] for i in ordinary], [ends[i] for i in ordinary])
+        sizes = [max_size + 1] * len(spans)  # a huge sentence whose prefix is over the max: split either way
+        for i, size in zip(ordinary, ordinary_sizes):
+            sizes[i] = size
+        for i, (start, end) in enumerate(spans):
+            if end - start > huge and count(start, start + 16 * max_size) <= max_size:
+                sizes[i] = count(start, end)
+    units: list[tuple[int, int, int]] = list(zip(starts, ends, sizes))
+    if not split_oversize:
+        return units
+    oversized = [i for i, size in enumerate(sizes) if size > max_size]
+    for i in reversed(oversized):  # from the end, so the indexes before stay valid
+        start, end = starts[i], ends[i]
         sentence = text[start:end]
-        pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), config.max_size, 0, CJK_SEPARATORS)
-        units.extend((start + p.start, start + p.end, p.tokens) for p in pieces)
+        pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), max_size, 0, CJK_SEPARATORS)
+        units[i : i + 1] = [(start + p.start, start + p.end, p.tokens) for p in pieces]
     return units
 
 
