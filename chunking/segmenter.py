@@ -71,6 +71,9 @@ _CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "][.!?…" + _CJK_ENDINGS + "
 _ASCII_CANDIDATE = re.compile("[.!?][.!?]*|\n[^\\S\n]*\n")
 # One character that ends_with_sentence_ending accepts as the last.
 _ENDING_CHARACTER = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "]")
+# An ending character, its closers, then whitespace or the end: where a sentence's text can end
+# in ASCII text (see sentence_end_possible).
+_SPACED_ENDING = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "][" + re.escape(_CLOSERS) + "]*(?=\\s|\\Z)")
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
@@ -360,19 +363,28 @@ def _word_before(text: str, at: int) -> str:
 
 
 def sentence_end_possible(text: str, lo: int, hi: int) -> bool:
-    """Whether ``ends_with_sentence_ending(text[s:k])`` may hold for some ``k`` in ``[lo, hi]``
-    where ``text[s:k]`` has no trailing whitespace (any ``s``).
+    """Whether a span of ``sentence_spans(text[:n])`` (any ``n > hi``; or ``text`` whole) may
+    end, its trailing whitespace removed, at some ``k`` in ``[lo, hi]`` with
+    ``ends_with_sentence_ending`` true of its text.
 
-    ``False`` is certain: such a ``text[s:k]`` ends with an ending character at
-    some ``p < k`` followed only by closers, so ``p`` lies before ``hi`` and no
-    earlier than the closers just before ``lo``; without an ending character
-    there, none can. ``True`` only means possible. A cheap test (a character
-    search) that lets a caller skip segmenting a window.
+    ``False`` is certain. Such a ``k`` follows an ending character at some ``p < k``
+    and only closers between, so ``p`` lies before ``hi`` and no earlier than the
+    closers just before ``lo``. In ASCII text, moreover, ``text[k]`` is whitespace
+    or ``k == len(text)``: a span's non-whitespace ends where the segmenter cut or
+    where the text ends, and it cuts past an ASCII ending only after whitespace (a
+    blank line is whitespace too). Only a CJK ending cuts with no whitespace after
+    it, so text that is not ASCII is tested for an ending character alone.
+    ``True`` only means possible. A cheap test (one regex search) that lets a
+    caller skip segmenting a window.
     """
     first = lo
     while first > 0 and text[first - 1] in _CLOSERS:
         first -= 1
-    return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
+    if not text.isascii():
+        return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
+    # Matches start at an ending character, so none ends before lo; the first ends earliest.
+    match = _SPACED_ENDING.search(text, max(first - 1, 0), hi + 1)
+    return match is not None and match.end() <= hi
 
 
 def ends_with_sentence_ending(text: str) -> bool:

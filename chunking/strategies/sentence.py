@@ -778,7 +778,8 @@ class _Splitter:
             token_count=tokens,
             page_start=page_start,
             page_end=page_end,
-            verbatim=text == doc.text[start:end],
+            # text == doc.text[start:end], compared in place rather than on a copy of the slice
+            verbatim=len(text) == end - start and doc.text.startswith(text, start),
             metadata=metadata,
         )
 
