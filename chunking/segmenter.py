@@ -223,6 +223,16 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     # No word, or one longer than every listed abbreviation: the rules end the sentence.
     boundary[dots[~marked & ((word_length == 0) | (word_length == _WORD_PROBE))]] = True
     short = ~marked & (word_length > 0) & (word_length < _WORD_PROBE)
+    # A short ASCII word: lowercased (A-Z only, as str.lower does in ASCII) and packed into
+    # one integer, then compared with the listed words' integers all at once.
+    ascii_word = ~(in_word & (chars >= 0x80)).any(axis=1)
+    lowered = chars + 32 * ((chars >= ord("A")) & (chars <= ord("Z")))
+    listed = np.isin(_word_keys(lowered, in_word), _listed_word_keys())
+    single_letter = (word_length == 1) & (lowered[:, 0] >= ord("a")) & (lowered[:, 0] <= ord("z"))
+    decided = short & ascii_word
+    unknown[dots[decided & (listed | single_letter)]] = True
+    boundary[dots[decided & ~listed & ~single_letter]] = True
+    short &= ~ascii_word  # other scripts: the same test in Python
     for index, length in zip(dots[short].tolist(), word_length[short].tolist()):
         start = int(at[index])
         word = text[start - length : start]
@@ -249,6 +259,29 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
     bounds = np.concatenate(([0], cuts, [size])).tolist()
     return list(zip(bounds, bounds[1:]))
+
+
+def _word_keys(lowered, in_word):
+    """One int64 per row: its in-word ASCII code points, last character first, a byte each (+1, so
+    a word's length is part of its key). ``lowered``: characters read backwards from a period."""
+    import numpy as np
+
+    shifts = 8 * np.arange(lowered.shape[1], dtype=np.int64)
+    return (((lowered.astype(np.int64) + 1) * in_word) << shifts[None, :]).sum(axis=1)
+
+
+@functools.cache
+def _listed_word_keys():
+    """``_word_keys`` of the listed abbreviations short enough to be probed."""
+    import numpy as np
+
+    words = [w for w in sorted(_LISTED_WORDS) if len(w) < _WORD_PROBE]
+    backwards = np.zeros((len(words), _WORD_PROBE), dtype=np.int64)
+    in_word = np.zeros((len(words), _WORD_PROBE), dtype=bool)
+    for row, word in enumerate(words):
+        backwards[row, : len(word)] = [ord(c) for c in reversed(word)]
+        in_word[row, : len(word)] = True
+    return _word_keys(backwards, in_word)
 
 
 def _candidate_arrays(text: str, codes, tables: "_Tables"):
