@@ -31,9 +31,8 @@ megabytes and its mistakes are predictable. Texts from ``_VECTOR_SCAN_CHARS`` on
 are scanned for candidate endings with numpy (the same candidates, several times
 faster than a regex character class holding non-Latin-1 characters), and the
 rules are applied there to all candidates at once where their outcome needs
-nothing beyond per-character tables (93% of the 21,074 candidates of the chunker
-bench's workload); the
-others go through the same per-candidate rules as short texts
+nothing beyond per-character tables (96% of the 21,074 candidates of the chunker
+bench's workload: all but 797); the others go through the same per-candidate rules as short texts
 (:func:`_long_text_spans`; ``tests/chunking/test_segmenter.py`` checks that both
 paths cut alike).
 """
@@ -79,8 +78,9 @@ _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
 # and the rules cost a few microseconds per candidate in Python.
 _VECTOR_SCAN_CHARS = 4096
-# The numpy path steps through at most this much whitespace after a candidate.
+# The numpy path steps through at most this much whitespace, and this many closers, after a candidate.
 _MAX_WHITESPACE_STEPS = 32
+_MAX_CLOSER_STEPS = 8
 # The last code point str.isspace() accepts (U+3000, the ideographic space).
 _LAST_SPACE = 0x3000
 # After an ending run: closers, whitespace, then the next word (as far as the rules look).
@@ -168,12 +168,14 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     blank lines. A candidate is settled here only where ``_evaluate`` /
     ``_ends_sentence_here`` reach their result without looking further than
     these tables do: a blank line, a CJK ending, ``!``/``?``, a lowercase next
-    word, ``..``/``…``, or a lone ``.`` after a word that is none of the listed
-    abbreviations, not an initial, and holds no dot or opening bracket. Every
-    other candidate (closing quotes after it, an opening quote before the next
-    word, a listed or dotted word before the period, a whitespace run longer
-    than ``_MAX_WHITESPACE_STEPS``, a next character outside the BMP) goes to
-    ``_evaluate`` itself, so there is one rule set and this is its fast path.
+    word (after its opening quotes / brackets), ``..``/``…``, a period and closing
+    quotes / brackets, or a lone ``.`` after a word that is none of the listed
+    abbreviations, not an initial, and holds no dot or opening bracket (short ASCII
+    words are looked up all at once). Every other candidate (a listed or dotted
+    word before the period, more than ``_MAX_CLOSER_STEPS`` closers or openers, a
+    whitespace run longer than ``_MAX_WHITESPACE_STEPS``, a next character outside
+    the BMP) goes to ``_evaluate`` itself, so there is one rule set and this is its
+    fast path.
     """
     import numpy as np
 
@@ -186,10 +188,22 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     inside = after < size
     closer_follows = inside & tables.is_closer[following]
     skip = ~is_blank & inside & ~tables.is_space[following] & ~closer_follows & ~has_cjk
-    unknown = ~is_blank & closer_follows
+    unknown = np.zeros(len(at), dtype=bool)
 
-    # ``end``: past the whitespace after the candidate (step by step: such runs are short).
-    end = after.copy()
+    # ``closed``: past the closing quotes / brackets after an ending run (_TAIL's first
+    # group; step by step: such runs are short).
+    closed = after.copy()
+    stepping = np.flatnonzero(~is_blank & closer_follows)
+    for _ in range(_MAX_CLOSER_STEPS):
+        positions = closed[stepping]
+        stepping = stepping[(positions < size) & tables.is_closer[codes[np.minimum(positions, last)]]]
+        if not len(stepping):
+            break
+        closed[stepping] += 1
+    unknown[stepping] = True  # still in closers: left to _evaluate
+
+    # ``end``: past the whitespace after those (_TAIL's second group).
+    end = closed.copy()
     stepping = np.flatnonzero(~skip & ~unknown)
     for _ in range(_MAX_WHITESPACE_STEPS):
         positions = end[stepping]
@@ -200,16 +214,27 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     unknown[stepping] = True  # still in whitespace: left to _evaluate
 
     # _ends_sentence_here's rules, in its order, for the candidates not settled yet.
-    has_space = end > after
+    has_space = end > closed
     boundary = is_blank | has_cjk | (has_space & has_bang)
     open_ = ~skip & ~unknown & ~is_blank & ~has_cjk & has_space & ~has_bang & (end < size)
-    next_char = codes[np.minimum(end, last)]
+    # The next word's first character once its opening quotes / brackets are skipped
+    # (``next_word.lstrip(_OPENERS)``; none when only openers come before whitespace or the end).
+    word_at = end.copy()
+    stepping = np.flatnonzero(open_ & tables.is_opener[codes[np.minimum(end, last)]])
+    for _ in range(_MAX_CLOSER_STEPS):
+        positions = word_at[stepping]
+        stepping = stepping[(positions < size) & tables.is_opener[codes[np.minimum(positions, last)]]]
+        if not len(stepping):
+            break
+        word_at[stepping] += 1
+    unknown[stepping] = True  # still in openers: left to _evaluate
+    next_char = np.where(word_at < size, codes[np.minimum(word_at, last)], ord(" "))
     beyond_table = next_char >= len(tables.is_lower)
-    unknown |= open_ & (tables.is_opener[next_char] | beyond_table)
+    unknown |= open_ & beyond_table
     open_ &= ~unknown
     open_ &= ~tables.is_lower[np.where(beyond_table, 0, next_char)]  # "approx. five": not a boundary
-    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord("."))
-    boundary |= open_ & ~single_dot  # "...", "…" before a capital
+    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord(".")) & (closed == after)
+    boundary |= open_ & ~single_dot  # "...", "…" or a period and closers, before a capital
     open_ &= single_dot
     # A lone period before a capital: the word before it, probed up to _WORD_PROBE characters back.
     dots = np.flatnonzero(open_)
