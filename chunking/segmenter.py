@@ -117,15 +117,20 @@ _WORD_PROBE = 7
 _DOTTED_ACRONYM = re.compile(r"^(?:[^\W\d_]\.)+[^\W\d_]$")
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Contiguous ``(start, end)`` sentence spans that concatenate back to ``text``."""
+def sentence_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
+    """Contiguous ``(start, end)`` sentence spans that concatenate back to ``text``.
+
+    ``offset``: added to every position, for a caller that sliced ``text`` from a
+    larger text at ``offset`` (the sentences are those of ``text`` alone).
+    """
     if not isinstance(text, str):
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")
     if not text:
         return []
     if len(text) >= _VECTOR_SCAN_CHARS:
-        return _long_text_spans(text)
-    return _spans_candidate_by_candidate(text)
+        return _long_text_spans(text, offset)
+    spans = _spans_candidate_by_candidate(text)
+    return [(start + offset, end + offset) for start, end in spans] if offset else spans
 
 
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
@@ -161,7 +166,7 @@ def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
     return tail.end(2), _ends_sentence_here(text, term, at, closers, space, next_word)
 
 
-def _long_text_spans(text: str) -> list[tuple[int, int]]:
+def _long_text_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
     """``sentence_spans(text)`` with each candidate's ``_evaluate`` mostly answered with numpy.
 
     The candidates are ``_CANDIDATE``'s: maximal runs of ending characters and
@@ -282,7 +287,7 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     cuts = end[boundary]
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
-    bounds = np.concatenate(([0], cuts, [size])).tolist()
+    bounds = (np.concatenate(([0], cuts, [size])) + offset).tolist()
     return list(zip(bounds, bounds[1:]))
 
 

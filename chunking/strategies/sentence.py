@@ -299,7 +299,7 @@ class _Splitter:
             return self.reference_sentences(start, end)
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
             return sentence_spans(self.text)
-        return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
+        return sentence_spans(self.text[start:end], start)
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         """The reference's spans: cut just after every sentence-ending character

@@ -151,3 +151,11 @@ def test_long_text_path_on_the_corpus_cuts_where_the_rules_cut():
     assert len(texts) >= 3, f"expected the corpus text files under {corpus}"
     for text in texts:
         assert _long_text_spans(text) == _spans_candidate_by_candidate(text)
+
+
+def test_offset_shifts_every_span_on_both_paths():
+    short = "Dr. Smith arrived. He sat down! Did he? Yes."
+    long = short + " " + "Filler words here. " * (_VECTOR_SCAN_CHARS // 19 + 1)
+    for text in (short, long):
+        assert sentence_spans(text, 1234) == [(s + 1234, e + 1234) for s, e in sentence_spans(text)]
+        assert sentence_spans(text, 0) == sentence_spans(text)
