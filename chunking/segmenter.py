@@ -123,18 +123,36 @@ def sentence_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
     ``offset``: added to every position, for a caller that sliced ``text`` from a
     larger text at ``offset`` (the sentences are those of ``text`` alone).
     """
+    bounds = sentence_bounds(text, offset)
+    return list(zip(bounds, bounds[1:]))
+
+
+def sentence_bounds(text: str, offset: int = 0) -> list[int]:
+    """``sentence_spans(text, offset)`` as its bounds: the first start, then every end.
+
+    For a caller that wants the starts and ends as two lists (``bounds[:-1]``,
+    ``bounds[1:]``): no tuple per sentence is made (a document has thousands, and
+    each allocation brings the next cyclic garbage collection nearer). ``[]`` for
+    empty text.
+    """
     if not isinstance(text, str):
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")
     if not text:
         return []
     if len(text) >= _VECTOR_SCAN_CHARS:
-        return _long_text_spans(text, offset)
-    spans = _spans_candidate_by_candidate(text)
-    return [(start + offset, end + offset) for start, end in spans] if offset else spans
+        return _long_text_bounds(text, offset)
+    bounds = _bounds_candidate_by_candidate(text)
+    return [bound + offset for bound in bounds] if offset else bounds
 
 
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
     """``sentence_spans(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
+    bounds = _bounds_candidate_by_candidate(text)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _bounds_candidate_by_candidate(text: str) -> list[int]:
+    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
     size = len(text)
     cuts: list[int] = []
     for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text):
@@ -146,8 +164,7 @@ def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    bounds = [0, *cuts, size]
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [0, *cuts, size]  # the cuts ascend strictly, from above 0 to below size: no span is empty
 
 
 def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
@@ -167,7 +184,13 @@ def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
 
 
 def _long_text_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
-    """``sentence_spans(text)`` with each candidate's ``_evaluate`` mostly answered with numpy.
+    """``sentence_spans(text, offset)`` by :func:`_long_text_bounds`."""
+    bounds = _long_text_bounds(text, offset)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
+    """``sentence_bounds(text, offset)`` with each candidate's ``_evaluate`` mostly answered with numpy.
 
     The candidates are ``_CANDIDATE``'s: maximal runs of ending characters and
     blank lines. A candidate is settled here only where ``_evaluate`` /
@@ -287,8 +310,7 @@ def _long_text_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
     cuts = end[boundary]
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
-    bounds = (np.concatenate(([0], cuts, [size])) + offset).tolist()
-    return list(zip(bounds, bounds[1:]))
+    return (np.concatenate(([0], cuts, [size])) + offset).tolist()
 
 
 def _word_keys(lowered, in_word):

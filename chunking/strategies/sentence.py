@@ -99,6 +99,7 @@ from chunking.segmenter import (
     SENTENCE_ENDINGS,
     WORD_BREAKS,
     ends_with_sentence_ending,
+    sentence_bounds,
     sentence_end_possible,
     sentence_spans,
 )
@@ -266,21 +267,21 @@ class _Splitter:
 
     def page_units(self, page: int, start: int, end: int) -> list[Unit]:
         """Figures and sentence spans of one page, oversized spans already split."""
-        spans: list[tuple[int, int]] = []
-        figures: set[int] = set()  # indexes into spans
+        bounds: list[int] = []  # of the spans, as sentence_bounds gives them, figures included
+        figures: list[int] = []  # indexes of the figure spans
         at = start
         for match in FIGURE.finditer(self.text, start, end):
-            spans += self.sentences(at, match.start())
-            figures.add(len(spans))
-            self.any_figure = True
-            spans.append(match.span())
+            bounds = _extend_bounds(bounds, self.sentence_bounds(at, match.start()))
+            figures.append(max(len(bounds) - 1, 0))
+            bounds = _extend_bounds(bounds, list(match.span()))
             at = match.end()
-        spans += self.sentences(at, end)
-        if not spans:
+            self.any_figure = True
+        bounds = _extend_bounds(bounds, self.sentence_bounds(at, end))
+        if not bounds:
             return []
-        starts, ends = map(list, zip(*spans))
+        starts, ends = bounds[:-1], bounds[1:]
         counts = count_spans(self.count_span, starts, ends)
-        is_figure = [False] * len(spans)
+        is_figure = [False] * len(starts)
         for i in figures:
             is_figure[i] = True
         # One Unit per span, made in C (tuple.__new__ over the zipped fields) rather than
@@ -294,12 +295,14 @@ class _Splitter:
             units[i : i + 1] = [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(starts[i], ends[i])]
         return units
 
-    def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
+    def sentence_bounds(self, start: int, end: int) -> list[int]:
+        """Bounds of the sentence spans of ``text[start:end]`` (``[]`` when empty), as ``sentence_bounds``."""
         if self.config.reference_mode:
-            return self.reference_sentences(start, end)
+            spans = self.reference_sentences(start, end)
+            return [spans[0][0], *(e for _, e in spans)] if spans else []
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
-            return sentence_spans(self.text)
-        return sentence_spans(self.text[start:end], start)
+            return sentence_bounds(self.text)
+        return sentence_bounds(self.text[start:end], start)
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         """The reference's spans: cut just after every sentence-ending character
@@ -782,6 +785,15 @@ class _Splitter:
             verbatim=len(text) == end - start and doc.text.startswith(text, start),
             metadata=metadata,
         )
+
+
+def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:
+    """Bounds of contiguous spans followed by more contiguous spans starting where they end."""
+    if not bounds:
+        return more
+    if not more:
+        return bounds
+    return bounds + more[1:]
 
 
 def _nearest(positions: list[int], middle: int, lo: int, hi: int) -> int | None:

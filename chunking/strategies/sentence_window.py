@@ -49,7 +49,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
-from chunking.segmenter import sentence_spans
+from chunking.segmenter import sentence_bounds
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
 from chunking.tokenizers import (
@@ -185,19 +185,19 @@ def _units(
     # when it is going to be split anyway (the 2 MB one-line file); the others
     # are counted in one batch.
     huge = 32 * max_size if split_oversize else len(text)
-    spans = sentence_spans(text)
-    if not spans:
+    bounds = sentence_bounds(text)
+    if not bounds:
         return []
-    starts, ends = map(list, zip(*spans))
+    starts, ends = bounds[:-1], bounds[1:]
     if max(map(int.__sub__, ends, starts)) <= huge:
         sizes = count_spans(count, starts, ends)  # the common case: every sentence counted in one batch
     else:
-        ordinary = [i for i, (start, end) in enumerate(spans) if end - start <= huge]
+        ordinary = [i for i, (start, end) in enumerate(zip(starts, ends)) if end - start <= huge]
         ordinary_sizes = count_spans(count, [starts[i] for i in ordinary], [ends[i] for i in ordinary])
-        sizes = [max_size + 1] * len(spans)  # a huge sentence whose prefix is over the max: split either way
+        sizes = [max_size + 1] * len(starts)  # a huge sentence whose prefix is over the max: split either way
         for i, size in zip(ordinary, ordinary_sizes):
             sizes[i] = size
-        for i, (start, end) in enumerate(spans):
+        for i, (start, end) in enumerate(zip(starts, ends)):
             if end - start > huge and count(start, start + 16 * max_size) <= max_size:
                 sizes[i] = count(start, end)
     units: list[tuple[int, int, int]] = list(zip(starts, ends, sizes))

@@ -11,6 +11,7 @@ from chunking.segmenter import (
     _long_text_spans,
     _spans_candidate_by_candidate,
     ends_with_sentence_ending,
+    sentence_bounds,
     sentence_spans,
     sentences,
 )
@@ -159,3 +160,6 @@ def test_offset_shifts_every_span_on_both_paths():
     for text in (short, long):
         assert sentence_spans(text, 1234) == [(s + 1234, e + 1234) for s, e in sentence_spans(text)]
         assert sentence_spans(text, 0) == sentence_spans(text)
+        bounds = sentence_bounds(text, 1234)
+        assert list(zip(bounds, bounds[1:])) == sentence_spans(text, 1234)
+    assert sentence_bounds("") == []
