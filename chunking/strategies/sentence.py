@@ -561,8 +561,31 @@ class _Splitter:
                 self.append_reference_overlap(current, following, prefix)
             return
         prefix_counts = self.count_many_at([p for _, _, p in candidates], [self.text_start(f) for _, f, _ in candidates])
+        shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
         for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
-            self.append_overlap(current, following, prefix, prefix_tokens)
+            joiner = self.overlap_joiner(current, following, prefix)
+            room_chars = self.config.soft_limit - len(current.text) - len(joiner)
+            room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+            if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
+                self.set_overlap(current, following, joiner, prefix)
+                continue
+            # Shrink: each shorter prefix is the one before trimmed back a word; the first
+            # that fits the characters and then the tokens wins.
+            shorter = []
+            while prefix := self.trim_partial_word(prefix):
+                if len(prefix) <= room_chars:
+                    shorter.append(prefix)
+            if shorter:
+                shrinking.append((current, following, joiner, room_tokens, shorter))
+        # The shorter prefixes of every shrinking pair, counted in one batch (about 10 per pair;
+        # each was counted alone before, once the longer one had not fitted).
+        texts = [p for *_, shorter in shrinking for p in shorter]
+        starts = [self.text_start(following) for _, following, *_, shorter in shrinking for _ in shorter]
+        counts = iter(self.count_many_at(texts, starts))
+        for current, following, joiner, room_tokens, shorter in shrinking:
+            fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
+            if fitting:
+                self.set_overlap(current, following, joiner, fitting[0])
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -643,21 +666,10 @@ class _Splitter:
     def through_last_break_pattern(self) -> re.Pattern[str]:
         return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
-    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int | None) -> None:
-        """Append ``prefix`` (``prefix_tokens`` tokens, ``None``: not counted yet) to ``current``
-        if it fits the cap and the tolerant budget; shrink it otherwise."""
-        joiner = self.overlap_joiner(current, following, prefix)
-        room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
-        while prefix:
-            if len(prefix) <= room_chars:  # counted only once it fits the characters
-                if prefix_tokens is None:
-                    prefix_tokens = self.count_at(prefix, self.text_start(following))
-                if prefix_tokens <= room_tokens:
-                    current.overlap = joiner + prefix
-                    current.overlap_end = self.source_end_of_prefix(following, prefix)
-                    return
-            prefix, prefix_tokens = self.trim_partial_word(prefix), None
+    def set_overlap(self, current: _Draft, following: _Draft, joiner: str, prefix: str) -> None:
+        """Append ``prefix`` of ``following``'s text to ``current`` as its look-ahead overlap, after ``joiner``."""
+        current.overlap = joiner + prefix
+        current.overlap_end = self.source_end_of_prefix(following, prefix)
 
     def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """The reference's append: the prefix joined directly; over the tolerant budget or
