@@ -724,8 +724,9 @@ class _Splitter:
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
-        # Rare: a join measured over the cap although its parts fit (CJK text, where
-        # BPE merges across sentence joins: 12 drafts, 258 chunks of the chunker bench).
+        # Rare: a join measured over the cap although its parts fit (the joined text counts
+        # more tokens than its sentences summed: 12 drafts of CJK text in the chunker bench,
+        # re-split into 258 chunks).
         # Keep each unit whole where it fits; the recursive split guarantees the rest.
         pieces: list[_Draft] = []
         for unit in draft.units:
