@@ -292,6 +292,107 @@ def stages(text: str, tokenizer, repeat: int) -> str:
     return "\n".join(lines)
 
 
+def sentence_stages(text: str, tokenizer, repeat: int) -> str:
+    """Where ``sentence``'s and ``sentence_window``'s time goes, as CPU time over one encode's.
+
+    Same rounds as :func:`stages`. Each strategy's steps are called in the order its
+    ``chunk`` function calls them on this one-page document, each timed on its own;
+    the segmenter is also timed alone, and its time is taken out of the step that
+    segments (``page_units``, ``_units``), so no row counts it twice.
+    """
+    from chunking.model import Chunk, attach_provenance
+    from chunking.segmenter import sentence_spans
+    from chunking.strategies import sentence, sentence_window
+    from chunking.tokenizers import count_spans, span_counter
+
+    def config(name: str):
+        spec = get_strategy(name)
+        sizes = {"chunk_token_size": CHUNK_TOKENS, "chunk_overlap_token_size": 0}
+        return spec.parse_config({k: v for k, v in sizes.items() if k in set(config_field_names(spec))})
+
+    sentence_config, window_config = config("sentence"), config("sentence_window")
+    sentence_names = [
+        "encode to numpy and token offsets (EncodedText)",
+        "word-end index of the span counter",
+        "segmenting the text into sentences",
+        "units: sentences counted, oversized ones split",
+        "packing units under the cap and budget",
+        "assembling chunk texts",
+        "look-ahead overlap",
+        "counting chunks, `Chunk` objects",
+        "provenance",
+    ]
+    window_names = [
+        "encode to numpy and token offsets (EncodedText)",
+        "word-end index of the span counter",
+        "segmenting the text into sentences",
+        "units: sentences counted, oversized ones split",
+        "grouping, merging small windows, trimming",
+        "counting chunks, `Chunk` objects, provenance",
+    ]
+    ratios = {"sentence": [[] for _ in sentence_names], "sentence_window": [[] for _ in window_names]}
+    for round_ in range(repeat + 1):  # the first round warms tables and caches (not counted)
+        reference = _cpu(tokenizer._encoding.encode_ordinary, fresh_copy(text))[0]
+
+        copy = fresh_copy(text)
+        doc = ParsedDocument.from_text(copy)
+        seconds = [_cpu(tokenizer.encode_text, copy)[0]]
+        elapsed, splitter = _cpu(sentence._Splitter, copy, sentence_config, tokenizer)  # reuses the encoding
+        seconds.append(elapsed)
+        segmenting = _cpu(sentence_spans, copy)[0]
+        seconds.append(segmenting)
+        elapsed, units = _cpu(splitter.page_units, 0, 0, len(copy))
+        seconds.append(max(elapsed - segmenting, 0.0))
+        elapsed, drafts = _cpu(splitter.page_drafts, units)
+        seconds.append(elapsed)
+        elapsed, drafts = _cpu(lambda: [d for d in drafts if splitter.assemble(d)])
+        seconds.append(elapsed)
+        seconds.append(_cpu(splitter.add_semantic_overlap, drafts)[0])
+        elapsed, chunks = _cpu(splitter.to_chunks, doc, drafts)
+        seconds.append(elapsed)
+        seconds.append(_cpu(attach_provenance, doc, chunks)[0])
+        if round_:
+            for k, value in enumerate(seconds):
+                ratios["sentence"][k].append(value / reference)
+
+        copy = fresh_copy(text)
+        doc = ParsedDocument.from_text(copy)
+        seconds = [_cpu(tokenizer.encode_text, copy)[0]]
+        elapsed, count = _cpu(span_counter, tokenizer, copy)  # reuses the encoding
+        seconds.append(elapsed)
+        segmenting = _cpu(sentence_spans, copy)[0]
+        seconds.append(segmenting)
+        elapsed, units = _cpu(sentence_window._units, copy, window_config, tokenizer, count)
+        seconds.append(max(elapsed - segmenting, 0.0))
+
+        def windows():
+            grouped = sentence_window._merge_small(sentence_window._group(units, window_config), units, window_config)
+            trimmed = (sentence_window._trim(copy, units[a][0], units[b - 1][1]) for a, b in grouped)
+            return [span for span in trimmed if span[1] > span[0]]
+
+        elapsed, spans = _cpu(windows)
+        seconds.append(elapsed)
+
+        def window_chunks():
+            # As chunk_sentence_window does, less its rare re-split of a window BPE counts over the cap.
+            counts = count_spans(count, [s for s, _ in spans], [e for _, e in spans])
+            made = [Chunk(text=copy[s:e], char_start=s, char_end=e, token_count=n) for (s, e), n in zip(spans, counts)]
+            return attach_provenance(doc, made)
+
+        seconds.append(_cpu(window_chunks)[0])
+        if round_:
+            for k, value in enumerate(seconds):
+                ratios["sentence_window"][k].append(value / reference)
+    lines: list[str] = []
+    for name, names in (("sentence", sentence_names), ("sentence_window", window_names)):
+        rows = ratios[name]
+        lines += ["", f"| stage of `{name}` | x encode (CPU), median |", "|---|---|"]
+        lines += [f"| {stage} | {statistics.median(values):.3f} |" for stage, values in zip(names, rows)]
+        totals = [sum(row[k] for row in rows) for k in range(repeat)]
+        lines.append(f"| the strategy (sum of the stages) | {statistics.median(totals):.3f} |")
+    return "\n".join(lines)
+
+
 def _cpu(function, *args):
     """(CPU seconds of ``function(*args)``, its result)."""
     c0 = time.process_time()
@@ -305,7 +406,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small workload, 3 repetitions (< 1 min)")
     parser.add_argument("--repeat", type=int, help="interleaved repetitions (default 5, quick 3)")
     parser.add_argument("--only", help="comma-separated substrings: run only the chunkers whose name has one")
-    parser.add_argument("--stages", action="store_true", help="also print where recursive's time goes, per stage")
+    parser.add_argument("--stages", action="store_true",
+                        help="also print where recursive's, sentence's and sentence_window's time goes, per stage")
     args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}; nothing to benchmark")
@@ -342,7 +444,8 @@ def main(argv: list[str] | None = None) -> None:
     if absent:
         print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
     if args.stages:
-        print(f"\n{stages(text, tokenizer, repeat)}\n\nload average after the stages: {load_average()}")
+        print(f"\n{stages(text, tokenizer, repeat)}\n{sentence_stages(text, tokenizer, repeat)}\n\n"
+              f"load average after the stages: {load_average()}")
 
 
 if __name__ == "__main__":

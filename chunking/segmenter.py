@@ -31,9 +31,8 @@ megabytes and its mistakes are predictable. Texts from ``_VECTOR_SCAN_CHARS`` on
 are scanned for candidate endings with numpy (the same candidates, several times
 faster than a regex character class holding non-Latin-1 characters), and the
 rules are applied there to all candidates at once where their outcome needs
-nothing beyond per-character tables (93% of the 21,074 candidates of the chunker
-bench's workload); the
-others go through the same per-candidate rules as short texts
+nothing beyond per-character tables (96% of the 21,074 candidates of the chunker
+bench's workload: all but 797); the others go through the same per-candidate rules as short texts
 (:func:`_long_text_spans`; ``tests/chunking/test_segmenter.py`` checks that both
 paths cut alike).
 """
@@ -71,13 +70,17 @@ _CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "][.!?…" + _CJK_ENDINGS + "
 _ASCII_CANDIDATE = re.compile("[.!?][.!?]*|\n[^\\S\n]*\n")
 # One character that ends_with_sentence_ending accepts as the last.
 _ENDING_CHARACTER = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "]")
+# An ending character, its closers, then whitespace or the end: where a sentence's text can end
+# in ASCII text (see sentence_end_possible).
+_SPACED_ENDING = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "][" + re.escape(_CLOSERS) + "]*(?=\\s|\\Z)")
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
 # and the rules cost a few microseconds per candidate in Python.
 _VECTOR_SCAN_CHARS = 4096
-# The numpy path steps through at most this much whitespace after a candidate.
+# The numpy path steps through at most this much whitespace, and this many closers, after a candidate.
 _MAX_WHITESPACE_STEPS = 32
+_MAX_CLOSER_STEPS = 8
 # The last code point str.isspace() accepts (U+3000, the ideographic space).
 _LAST_SPACE = 0x3000
 # After an ending run: closers, whitespace, then the next word (as far as the rules look).
@@ -114,19 +117,42 @@ _WORD_PROBE = 7
 _DOTTED_ACRONYM = re.compile(r"^(?:[^\W\d_]\.)+[^\W\d_]$")
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Contiguous ``(start, end)`` sentence spans that concatenate back to ``text``."""
+def sentence_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
+    """Contiguous ``(start, end)`` sentence spans that concatenate back to ``text``.
+
+    ``offset``: added to every position, for a caller that sliced ``text`` from a
+    larger text at ``offset`` (the sentences are those of ``text`` alone).
+    """
+    bounds = sentence_bounds(text, offset)
+    return list(zip(bounds, bounds[1:]))
+
+
+def sentence_bounds(text: str, offset: int = 0) -> list[int]:
+    """``sentence_spans(text, offset)`` as its bounds: the first start, then every end.
+
+    For a caller that wants the starts and ends as two lists (``bounds[:-1]``,
+    ``bounds[1:]``): no tuple per sentence is made (a document has thousands, and
+    each allocation brings the next cyclic garbage collection nearer). ``[]`` for
+    empty text.
+    """
     if not isinstance(text, str):
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")
     if not text:
         return []
     if len(text) >= _VECTOR_SCAN_CHARS:
-        return _long_text_spans(text)
-    return _spans_candidate_by_candidate(text)
+        return _long_text_bounds(text, offset)
+    bounds = _bounds_candidate_by_candidate(text)
+    return [bound + offset for bound in bounds] if offset else bounds
 
 
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
     """``sentence_spans(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
+    bounds = _bounds_candidate_by_candidate(text)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _bounds_candidate_by_candidate(text: str) -> list[int]:
+    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
     size = len(text)
     cuts: list[int] = []
     for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text):
@@ -138,8 +164,7 @@ def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    bounds = [0, *cuts, size]
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [0, *cuts, size]  # the cuts ascend strictly, from above 0 to below size: no span is empty
 
 
 def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
@@ -158,19 +183,27 @@ def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
     return tail.end(2), _ends_sentence_here(text, term, at, closers, space, next_word)
 
 
-def _long_text_spans(text: str) -> list[tuple[int, int]]:
-    """``sentence_spans(text)`` with each candidate's ``_evaluate`` mostly answered with numpy.
+def _long_text_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
+    """``sentence_spans(text, offset)`` by :func:`_long_text_bounds`."""
+    bounds = _long_text_bounds(text, offset)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
+    """``sentence_bounds(text, offset)`` with each candidate's ``_evaluate`` mostly answered with numpy.
 
     The candidates are ``_CANDIDATE``'s: maximal runs of ending characters and
     blank lines. A candidate is settled here only where ``_evaluate`` /
     ``_ends_sentence_here`` reach their result without looking further than
     these tables do: a blank line, a CJK ending, ``!``/``?``, a lowercase next
-    word, ``..``/``…``, or a lone ``.`` after a word that is none of the listed
-    abbreviations, not an initial, and holds no dot or opening bracket. Every
-    other candidate (closing quotes after it, an opening quote before the next
-    word, a listed or dotted word before the period, a whitespace run longer
-    than ``_MAX_WHITESPACE_STEPS``, a next character outside the BMP) goes to
-    ``_evaluate`` itself, so there is one rule set and this is its fast path.
+    word (after its opening quotes / brackets), ``..``/``…``, a period and closing
+    quotes / brackets, or a lone ``.`` after a word that is none of the listed
+    abbreviations, not an initial, and holds no dot or opening bracket (short ASCII
+    words are looked up all at once). Every other candidate (a listed or dotted
+    word before the period, more than ``_MAX_CLOSER_STEPS`` closers or openers, a
+    whitespace run longer than ``_MAX_WHITESPACE_STEPS``, a next character outside
+    the BMP) goes to ``_evaluate`` itself, so there is one rule set and this is its
+    fast path.
     """
     import numpy as np
 
@@ -183,10 +216,22 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     inside = after < size
     closer_follows = inside & tables.is_closer[following]
     skip = ~is_blank & inside & ~tables.is_space[following] & ~closer_follows & ~has_cjk
-    unknown = ~is_blank & closer_follows
+    unknown = np.zeros(len(at), dtype=bool)
 
-    # ``end``: past the whitespace after the candidate (step by step: such runs are short).
-    end = after.copy()
+    # ``closed``: past the closing quotes / brackets after an ending run (_TAIL's first
+    # group; step by step: such runs are short).
+    closed = after.copy()
+    stepping = np.flatnonzero(~is_blank & closer_follows)
+    for _ in range(_MAX_CLOSER_STEPS):
+        positions = closed[stepping]
+        stepping = stepping[(positions < size) & tables.is_closer[codes[np.minimum(positions, last)]]]
+        if not len(stepping):
+            break
+        closed[stepping] += 1
+    unknown[stepping] = True  # still in closers: left to _evaluate
+
+    # ``end``: past the whitespace after those (_TAIL's second group).
+    end = closed.copy()
     stepping = np.flatnonzero(~skip & ~unknown)
     for _ in range(_MAX_WHITESPACE_STEPS):
         positions = end[stepping]
@@ -197,16 +242,27 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     unknown[stepping] = True  # still in whitespace: left to _evaluate
 
     # _ends_sentence_here's rules, in its order, for the candidates not settled yet.
-    has_space = end > after
+    has_space = end > closed
     boundary = is_blank | has_cjk | (has_space & has_bang)
     open_ = ~skip & ~unknown & ~is_blank & ~has_cjk & has_space & ~has_bang & (end < size)
-    next_char = codes[np.minimum(end, last)]
+    # The next word's first character once its opening quotes / brackets are skipped
+    # (``next_word.lstrip(_OPENERS)``; none when only openers come before whitespace or the end).
+    word_at = end.copy()
+    stepping = np.flatnonzero(open_ & tables.is_opener[codes[np.minimum(end, last)]])
+    for _ in range(_MAX_CLOSER_STEPS):
+        positions = word_at[stepping]
+        stepping = stepping[(positions < size) & tables.is_opener[codes[np.minimum(positions, last)]]]
+        if not len(stepping):
+            break
+        word_at[stepping] += 1
+    unknown[stepping] = True  # still in openers: left to _evaluate
+    next_char = np.where(word_at < size, codes[np.minimum(word_at, last)], ord(" "))
     beyond_table = next_char >= len(tables.is_lower)
-    unknown |= open_ & (tables.is_opener[next_char] | beyond_table)
+    unknown |= open_ & beyond_table
     open_ &= ~unknown
     open_ &= ~tables.is_lower[np.where(beyond_table, 0, next_char)]  # "approx. five": not a boundary
-    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord("."))
-    boundary |= open_ & ~single_dot  # "...", "…" before a capital
+    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord(".")) & (closed == after)
+    boundary |= open_ & ~single_dot  # "...", "…" or a period and closers, before a capital
     open_ &= single_dot
     # A lone period before a capital: the word before it, probed up to _WORD_PROBE characters back.
     dots = np.flatnonzero(open_)
@@ -220,6 +276,16 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     # No word, or one longer than every listed abbreviation: the rules end the sentence.
     boundary[dots[~marked & ((word_length == 0) | (word_length == _WORD_PROBE))]] = True
     short = ~marked & (word_length > 0) & (word_length < _WORD_PROBE)
+    # A short ASCII word: lowercased (A-Z only, as str.lower does in ASCII) and packed into
+    # one integer, then compared with the listed words' integers all at once.
+    ascii_word = ~(in_word & (chars >= 0x80)).any(axis=1)
+    lowered = chars + 32 * ((chars >= ord("A")) & (chars <= ord("Z")))
+    listed = np.isin(_word_keys(lowered, in_word), _listed_word_keys())
+    single_letter = (word_length == 1) & (lowered[:, 0] >= ord("a")) & (lowered[:, 0] <= ord("z"))
+    decided = short & ascii_word
+    unknown[dots[decided & (listed | single_letter)]] = True
+    boundary[dots[decided & ~listed & ~single_letter]] = True
+    short &= ~ascii_word  # other scripts: the same test in Python
     for index, length in zip(dots[short].tolist(), word_length[short].tolist()):
         start = int(at[index])
         word = text[start - length : start]
@@ -244,8 +310,30 @@ def _long_text_spans(text: str) -> list[tuple[int, int]]:
     cuts = end[boundary]
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
-    bounds = np.concatenate(([0], cuts, [size])).tolist()
-    return list(zip(bounds, bounds[1:]))
+    return (np.concatenate(([0], cuts, [size])) + offset).tolist()
+
+
+def _word_keys(lowered, in_word):
+    """One int64 per row: its in-word ASCII code points, last character first, a byte each (+1, so
+    a word's length is part of its key). ``lowered``: characters read backwards from a period."""
+    import numpy as np
+
+    shifts = 8 * np.arange(lowered.shape[1], dtype=np.int64)
+    return (((lowered.astype(np.int64) + 1) * in_word) << shifts[None, :]).sum(axis=1)
+
+
+@functools.cache
+def _listed_word_keys():
+    """``_word_keys`` of the listed abbreviations short enough to be probed."""
+    import numpy as np
+
+    words = [w for w in sorted(_LISTED_WORDS) if len(w) < _WORD_PROBE]
+    backwards = np.zeros((len(words), _WORD_PROBE), dtype=np.int64)
+    in_word = np.zeros((len(words), _WORD_PROBE), dtype=bool)
+    for row, word in enumerate(words):
+        backwards[row, : len(word)] = [ord(c) for c in reversed(word)]
+        in_word[row, : len(word)] = True
+    return _word_keys(backwards, in_word)
 
 
 def _candidate_arrays(text: str, codes, tables: "_Tables"):
@@ -360,19 +448,28 @@ def _word_before(text: str, at: int) -> str:
 
 
 def sentence_end_possible(text: str, lo: int, hi: int) -> bool:
-    """Whether ``ends_with_sentence_ending(text[s:k])`` may hold for some ``k`` in ``[lo, hi]``
-    where ``text[s:k]`` has no trailing whitespace (any ``s``).
+    """Whether a span of ``sentence_spans(text[:n])`` (any ``n > hi``; or ``text`` whole) may
+    end, its trailing whitespace removed, at some ``k`` in ``[lo, hi]`` with
+    ``ends_with_sentence_ending`` true of its text.
 
-    ``False`` is certain: such a ``text[s:k]`` ends with an ending character at
-    some ``p < k`` followed only by closers, so ``p`` lies before ``hi`` and no
-    earlier than the closers just before ``lo``; without an ending character
-    there, none can. ``True`` only means possible. A cheap test (a character
-    search) that lets a caller skip segmenting a window.
+    ``False`` is certain. Such a ``k`` follows an ending character at some ``p < k``
+    and only closers between, so ``p`` lies before ``hi`` and no earlier than the
+    closers just before ``lo``. In ASCII text, moreover, ``text[k]`` is whitespace
+    or ``k == len(text)``: a span's non-whitespace ends where the segmenter cut or
+    where the text ends, and it cuts past an ASCII ending only after whitespace (a
+    blank line is whitespace too). Only a CJK ending cuts with no whitespace after
+    it, so text that is not ASCII is tested for an ending character alone.
+    ``True`` only means possible. A cheap test (one regex search) that lets a
+    caller skip segmenting a window.
     """
     first = lo
     while first > 0 and text[first - 1] in _CLOSERS:
         first -= 1
-    return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
+    if not text.isascii():
+        return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
+    # Matches start at an ending character, so none ends before lo; the first ends earliest.
+    match = _SPACED_ENDING.search(text, max(first - 1, 0), hi + 1)
+    return match is not None and match.end() <= hi
 
 
 def ends_with_sentence_ending(text: str) -> bool:

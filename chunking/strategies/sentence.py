@@ -88,6 +88,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,6 +99,7 @@ from chunking.segmenter import (
     SENTENCE_ENDINGS,
     WORD_BREAKS,
     ends_with_sentence_ending,
+    sentence_bounds,
     sentence_end_possible,
     sentence_spans,
 )
@@ -222,6 +224,7 @@ class _Splitter:
         # Exact counts of source spans; with tiktoken, answered from one encoding
         # of the document instead of encoding each sentence and then each chunk.
         self.count_span = span_counter(self.tokenizer, text)
+        self.any_figure = False  # set by page_units on the first figure it cuts out
 
     # -- counting --------------------------------------------------------------------
 
@@ -264,31 +267,42 @@ class _Splitter:
 
     def page_units(self, page: int, start: int, end: int) -> list[Unit]:
         """Figures and sentence spans of one page, oversized spans already split."""
-        spans: list[tuple[int, int]] = []
-        figures: set[int] = set()  # indexes into spans
+        bounds: list[int] = []  # of the spans, as sentence_bounds gives them, figures included
+        figures: list[int] = []  # indexes of the figure spans
         at = start
         for match in FIGURE.finditer(self.text, start, end):
-            spans += self.sentences(at, match.start())
-            figures.add(len(spans))
-            spans.append(match.span())
+            bounds = _extend_bounds(bounds, self.sentence_bounds(at, match.start()))
+            figures.append(max(len(bounds) - 1, 0))
+            bounds = _extend_bounds(bounds, list(match.span()))
             at = match.end()
-        spans += self.sentences(at, end)
-        counts = count_spans(self.count_span, [s for s, _ in spans], [e for _, e in spans])
-        units: list[Unit] = []
+            self.any_figure = True
+        bounds = _extend_bounds(bounds, self.sentence_bounds(at, end))
+        if not bounds:
+            return []
+        starts, ends = bounds[:-1], bounds[1:]
+        counts = count_spans(self.count_span, starts, ends)
+        is_figure = [False] * len(starts)
+        for i in figures:
+            is_figure[i] = True
+        # One Unit per span, made in C (tuple.__new__ over the zipped fields) rather than
+        # by a Python call each: a document has one per sentence (11,000 in the bench).
+        units: list[Unit] = list(
+            map(tuple.__new__, repeat(Unit), zip(starts, ends, repeat(page), counts, is_figure, repeat(False)))
+        )
         cap = self.cap
-        for i, ((s, e), n) in enumerate(zip(spans, counts)):
-            if n <= cap or i in figures:
-                units.append(Unit(s, e, page, n, i in figures))
-                continue
-            units += [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(s, e)]
+        oversized = [i for i, n in enumerate(counts) if n > cap and not is_figure[i]]
+        for i in reversed(oversized):  # from the end, so the indexes before stay valid
+            units[i : i + 1] = [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(starts[i], ends[i])]
         return units
 
-    def sentences(self, start: int, end: int) -> list[tuple[int, int]]:
+    def sentence_bounds(self, start: int, end: int) -> list[int]:
+        """Bounds of the sentence spans of ``text[start:end]`` (``[]`` when empty), as ``sentence_bounds``."""
         if self.config.reference_mode:
-            return self.reference_sentences(start, end)
+            spans = self.reference_sentences(start, end)
+            return [spans[0][0], *(e for _, e in spans)] if spans else []
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
-            return sentence_spans(self.text)
-        return [(start + s, start + e) for s, e in sentence_spans(self.text[start:end])]
+            return sentence_bounds(self.text)
+        return sentence_bounds(self.text[start:end], start)
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         """The reference's spans: cut just after every sentence-ending character
@@ -497,7 +511,7 @@ class _Splitter:
         elif not text.strip():
             draft.text = ""
         else:
-            draft.text = text if draft.figure else self.normalize(text)
+            draft.text = text if self.is_figure(draft) else self.normalize(text)
         return draft.text
 
     def normalize(self, text: str) -> str:
@@ -523,7 +537,7 @@ class _Splitter:
         if target <= 0:
             return
         candidates: list[tuple[_Draft, _Draft, str]] = []
-        figures = [draft.figure for draft in drafts] if not self.config.reference_mode else []
+        figures = [self.is_figure(draft) for draft in drafts] if not self.config.reference_mode else []
         for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
             if self.config.reference_mode:
                 if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
@@ -547,8 +561,31 @@ class _Splitter:
                 self.append_reference_overlap(current, following, prefix)
             return
         prefix_counts = self.count_many_at([p for _, _, p in candidates], [self.text_start(f) for _, f, _ in candidates])
+        shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
         for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
-            self.append_overlap(current, following, prefix, prefix_tokens)
+            joiner = self.overlap_joiner(current, following, prefix)
+            room_chars = self.config.soft_limit - len(current.text) - len(joiner)
+            room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+            if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
+                self.set_overlap(current, following, joiner, prefix)
+                continue
+            # Shrink: each shorter prefix is the one before trimmed back a word; the first
+            # that fits the characters and then the tokens wins.
+            shorter = []
+            while prefix := self.trim_partial_word(prefix):
+                if len(prefix) <= room_chars:
+                    shorter.append(prefix)
+            if shorter:
+                shrinking.append((current, following, joiner, room_tokens, shorter))
+        # The shorter prefixes of every shrinking pair, counted in one batch (about 10 per pair;
+        # each was counted alone before, once the longer one had not fitted).
+        texts = [p for *_, shorter in shrinking for p in shorter]
+        starts = [self.text_start(following) for _, following, *_, shorter in shrinking for _ in shorter]
+        counts = iter(self.count_many_at(texts, starts))
+        for current, following, joiner, room_tokens, shorter in shrinking:
+            fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
+            if fitting:
+                self.set_overlap(current, following, joiner, fitting[0])
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -629,21 +666,10 @@ class _Splitter:
     def through_last_break_pattern(self) -> re.Pattern[str]:
         return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
-    def append_overlap(self, current: _Draft, following: _Draft, prefix: str, prefix_tokens: int | None) -> None:
-        """Append ``prefix`` (``prefix_tokens`` tokens, ``None``: not counted yet) to ``current``
-        if it fits the cap and the tolerant budget; shrink it otherwise."""
-        joiner = self.overlap_joiner(current, following, prefix)
-        room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-        room_tokens = self.cap - current.tokens - (1 if joiner else 0)
-        while prefix:
-            if len(prefix) <= room_chars:  # counted only once it fits the characters
-                if prefix_tokens is None:
-                    prefix_tokens = self.count_at(prefix, self.text_start(following))
-                if prefix_tokens <= room_tokens:
-                    current.overlap = joiner + prefix
-                    current.overlap_end = self.source_end_of_prefix(following, prefix)
-                    return
-            prefix, prefix_tokens = self.trim_partial_word(prefix), None
+    def set_overlap(self, current: _Draft, following: _Draft, joiner: str, prefix: str) -> None:
+        """Append ``prefix`` of ``following``'s text to ``current`` as its look-ahead overlap, after ``joiner``."""
+        current.overlap = joiner + prefix
+        current.overlap_end = self.source_end_of_prefix(following, prefix)
 
     def append_reference_overlap(self, current: _Draft, following: _Draft, prefix: str) -> None:
         """The reference's append: the prefix joined directly; over the tolerant budget or
@@ -665,11 +691,12 @@ class _Splitter:
 
     def overlap_joiner(self, current: _Draft, following: _Draft, prefix: str) -> str:
         """The whitespace that separated the two chunks in the source, else a safe space."""
-        gap = self.text[current.units[-1].end : following.units[0].start]
-        last, first = self.text[current.units[-1].start : current.units[-1].end], self.text[following.units[0].start : following.units[0].end]
-        gap = last[len(last.rstrip()) :] + gap + first[: len(first) - len(first.lstrip())]
-        if gap and gap.isspace() and current.units[-1].end <= following.units[0].start:
-            return gap
+        if current.units[-1].end <= following.units[0].start:
+            # The trailing whitespace of the last unit, the source between, the leading
+            # whitespace of the next chunk's first unit: one contiguous slice.
+            gap = self.text[self.text_end(current) : self.text_start(following)]
+            if gap and gap.isspace():
+                return gap
         return " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
 
     def source_end_of_prefix(self, draft: _Draft, prefix: str) -> int:
@@ -690,44 +717,73 @@ class _Splitter:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
                 text, tokens = draft.text, self.count_at(draft.text, self.text_start(draft))
-            if tokens > self.cap and not draft.figure:
+            if tokens > self.cap and not self.is_figure(draft):
                 chunks.extend(self.resplit(doc, draft))
                 continue
             chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets))
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
-        # Rare: a join measured over the cap although its parts fit. Keep each
-        # unit whole where it fits; the recursive split guarantees the rest.
-        out: list[Chunk] = []
+        # Rare: a join measured over the cap although its parts fit (the joined text counts
+        # more tokens than its sentences summed: 12 drafts of CJK text in the chunker bench,
+        # re-split into 258 chunks).
+        # Keep each unit whole where it fits; the recursive split guarantees the rest.
+        pieces: list[_Draft] = []
         for unit in draft.units:
-            for start, end, _ in self.split_oversized(unit.start, unit.end):
+            for start, end, _ in self.unit_pieces(unit):
                 piece = _Draft([unit._replace(start=start, end=end)], draft.home)
                 if self.assemble(piece):
-                    out.append(self.make_chunk(doc, piece, piece.text, self.count(piece.text)))
-        return out
+                    pieces.append(piece)
+        # Every piece's text is verbatim source: counted in one batch from the document's encoding.
+        counts = self.count_many_at([p.text for p in pieces], [self.text_start(p) for p in pieces])
+        return [self.make_chunk(doc, piece, piece.text, n) for piece, n in zip(pieces, counts)]
+
+    def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
+        """``split_oversized(unit.start, unit.end)``, without counting again a unit known to fit.
+
+        ``unit.tokens`` is the exact count of its span; for a span of at most
+        ``32 * cap`` characters ``split_oversized`` measures exactly that count
+        first and returns the span whole when it fits, so the answer is the same.
+        """
+        if unit.tokens <= self.cap and unit.end - unit.start <= 32 * self.cap:
+            return [(unit.start, unit.end, unit.tokens)]
+        return self.split_oversized(unit.start, unit.end)
 
     def text_start(self, draft: _Draft) -> int:
         """Where ``draft.text`` starts in the source when it is verbatim (its first unit, trimmed)."""
         first = draft.units[0]
+        if first.start < first.end and not self.text[first.start].isspace():
+            return first.start  # nothing to trim (most units: a sentence starts after the last one's space)
         raw = self.text[first.start : first.end]
         return first.end - len(raw.lstrip())
+
+    def text_end(self, draft: _Draft) -> int:
+        """Where ``draft``'s units end in the source, trailing whitespace trimmed."""
+        last = draft.units[-1]
+        if last.start < last.end and not self.text[last.end - 1].isspace():
+            return last.end
+        raw = self.text[last.start : last.end]
+        return last.end - (len(raw) - len(raw.rstrip()))
+
+    def is_figure(self, draft: _Draft) -> bool:
+        """``draft.figure``, answered without looking at its units in a document without figures."""
+        return self.any_figure and draft.figure
 
     def make_chunk(
         self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
     ) -> Chunk:
-        first, last = draft.units[0], draft.units[-1]
-        raw_first = self.text[first.start : first.end]
-        raw_last = self.text[last.start : last.end]
-        start = first.start + len(raw_first) - len(raw_first.lstrip())
-        end = last.end - (len(raw_last) - len(raw_last.rstrip()))
+        start, end = self.text_start(draft), self.text_end(draft)
         if draft.overlap:
             end = max(end, draft.overlap_end)
         start, end = min(start, end), max(start, end)
-        pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
-        page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
+        if len(doc.pages) == 1:  # every unit and offset is on that page
+            page_start = page_end = doc.pages[0].page_num
+        else:
+            pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
+            page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
+            page_start, page_end = min(pages), max(page_end, max(pages))
         metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
-        if draft.figure:
+        if self.is_figure(draft):
             metadata["cap_exempt"] = "figure"
         if draft.overlap:
             metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
@@ -736,11 +792,21 @@ class _Splitter:
             char_start=start,
             char_end=end,
             token_count=tokens,
-            page_start=min(pages),
-            page_end=max(page_end, max(pages)),
-            verbatim=text == doc.text[start:end],
+            page_start=page_start,
+            page_end=page_end,
+            # text == doc.text[start:end], compared in place rather than on a copy of the slice
+            verbatim=len(text) == end - start and doc.text.startswith(text, start),
             metadata=metadata,
         )
+
+
+def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:
+    """Bounds of contiguous spans followed by more contiguous spans starting where they end."""
+    if not bounds:
+        return more
+    if not more:
+        return bounds
+    return bounds + more[1:]
 
 
 def _nearest(positions: list[int], middle: int, lo: int, hi: int) -> int | None:

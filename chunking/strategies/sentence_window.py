@@ -49,7 +49,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
-from chunking.segmenter import sentence_spans
+from chunking.segmenter import sentence_bounds
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
 from chunking.tokenizers import (
@@ -185,23 +185,30 @@ def _units(
     # when it is going to be split anyway (the 2 MB one-line file); the others
     # are counted in one batch.
     huge = 32 * max_size if split_oversize else len(text)
-    spans = sentence_spans(text)
-    ordinary = [(start, end) for start, end in spans if end - start <= huge]
-    ordinary_sizes = iter(count_spans(count, [start for start, _ in ordinary], [end for _, end in ordinary]))
-    units: list[tuple[int, int, int]] = []
-    for start, end in spans:
-        if end - start <= huge:
-            size = next(ordinary_sizes)
-        elif count(start, start + 16 * max_size) > max_size:
-            size = max_size + 1
-        else:
-            size = count(start, end)
-        if size <= max_size or not split_oversize:
-            units.append((start, end, size))
-            continue
+    bounds = sentence_bounds(text)
+    if not bounds:
+        return []
+    starts, ends = bounds[:-1], bounds[1:]
+    if max(map(int.__sub__, ends, starts)) <= huge:
+        sizes = count_spans(count, starts, ends)  # the common case: every sentence counted in one batch
+    else:
+        ordinary = [i for i, (start, end) in enumerate(zip(starts, ends)) if end - start <= huge]
+        ordinary_sizes = count_spans(count, [starts[i] for i in ordinary], [ends[i] for i in ordinary])
+        sizes = [max_size + 1] * len(starts)  # a huge sentence whose prefix is over the max: split either way
+        for i, size in zip(ordinary, ordinary_sizes):
+            sizes[i] = size
+        for i, (start, end) in enumerate(zip(starts, ends)):
+            if end - start > huge and count(start, start + 16 * max_size) <= max_size:
+                sizes[i] = count(start, end)
+    units: list[tuple[int, int, int]] = list(zip(starts, ends, sizes))
+    if not split_oversize:
+        return units
+    oversized = [i for i, size in enumerate(sizes) if size > max_size]
+    for i in reversed(oversized):  # from the end, so the indexes before stay valid
+        start, end = starts[i], ends[i]
         sentence = text[start:end]
-        pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), config.max_size, 0, CJK_SEPARATORS)
-        units.extend((start + p.start, start + p.end, p.tokens) for p in pieces)
+        pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), max_size, 0, CJK_SEPARATORS)
+        units[i : i + 1] = [(start + p.start, start + p.end, p.tokens) for p in pieces]
     return units
 
 

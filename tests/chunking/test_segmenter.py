@@ -11,6 +11,7 @@ from chunking.segmenter import (
     _long_text_spans,
     _spans_candidate_by_candidate,
     ends_with_sentence_ending,
+    sentence_bounds,
     sentence_spans,
     sentences,
 )
@@ -124,6 +125,7 @@ _LONG_TEXT_PIECES = st.sampled_from(
     [
         "word", "Longerword", "x", "J", "Dr", "dr", "No", "no", "fig", "Inc", "approx", "e.g", "U.S", "os.path",
         "0.95", "5", "The", "the", "über", "Éclair", "中文", "日本語", "😀", "𝐀bc", "ǅ",
+        "Mr", "VOL", "Sept", "\u212ao", "İ", "a\x00", ".\" (", "?”) «", "(" * 12 + "A", ".)" + ")" * 10 + " A",
         ". ", ".", "! ", "?! ", "... ", "…", "。", "！", "？", "‼", ".\u3000", ".\u2029",
         "\"", "'", "”", "」", "）", "(", "“", "「", "«",
         " ", "  ", "\n", "\n\n", "\n  \n", "\t", " " * 40, "\n" + " " * 45 + "\n",
@@ -150,3 +152,14 @@ def test_long_text_path_on_the_corpus_cuts_where_the_rules_cut():
     assert len(texts) >= 3, f"expected the corpus text files under {corpus}"
     for text in texts:
         assert _long_text_spans(text) == _spans_candidate_by_candidate(text)
+
+
+def test_offset_shifts_every_span_on_both_paths():
+    short = "Dr. Smith arrived. He sat down! Did he? Yes."
+    long = short + " " + "Filler words here. " * (_VECTOR_SCAN_CHARS // 19 + 1)
+    for text in (short, long):
+        assert sentence_spans(text, 1234) == [(s + 1234, e + 1234) for s, e in sentence_spans(text)]
+        assert sentence_spans(text, 0) == sentence_spans(text)
+        bounds = sentence_bounds(text, 1234)
+        assert list(zip(bounds, bounds[1:])) == sentence_spans(text, 1234)
+    assert sentence_bounds("") == []

@@ -150,3 +150,46 @@ def test_sentence_window_on_long_cjk_code_and_pdf_pages_with_overlap(texts, size
     # re-split, and its last pieces may start after the next (overlapping) window
     # does. Known and kept (ordering them would change the corpus output).
     check_window_chunks(doc, chunks, size, ordered=False)
+
+
+# The fast paths of ``sentence`` (issue 14, session 6) against the straightforward
+# computations they replaced, on every unit and draft of random multi-page documents.
+def _reference_joiner(text: str, current, following, prefix: str) -> str:
+    gap = text[current.units[-1].end : following.units[0].start]
+    last = text[current.units[-1].start : current.units[-1].end]
+    first = text[following.units[0].start : following.units[0].end]
+    gap = last[len(last.rstrip()) :] + gap + first[: len(first) - len(first.lstrip())]
+    if gap and gap.isspace() and current.units[-1].end <= following.units[0].start:
+        return gap
+    return " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
+
+
+@SETTINGS
+@given(pages_strategy, st.sampled_from([24, 60, 500]), st.sampled_from([120, 300, 1000]))
+def test_sentence_fast_paths_match_the_straightforward_computations(texts, cap, section_length):
+    from chunking.strategies.sentence import _Splitter
+
+    doc = document(texts)
+    config = SentenceConfig(max_tokens_per_section=cap, max_section_length=section_length)
+    splitter = _Splitter(doc.text, config, TOKENIZER)
+    drafts = []
+    for index, page in enumerate(doc.pages):
+        units = splitter.page_units(index, page.char_offset, page.char_offset + len(page.text))
+        for unit in units:
+            # A unit known to fit is taken whole; split_oversized would measure and keep it.
+            assert splitter.unit_pieces(unit) == splitter.split_oversized(unit.start, unit.end)
+            assert unit.tokens == len(TOKENIZER.encode(doc.text[unit.start : unit.end]))
+        drafts += [d for d in splitter.page_drafts(units) if splitter.assemble(d)]
+    for draft in drafts:
+        first, last = draft.units[0], draft.units[-1]
+        raw_first, raw_last = doc.text[first.start : first.end], doc.text[last.start : last.end]
+        assert splitter.text_start(draft) == first.start + len(raw_first) - len(raw_first.lstrip())
+        assert splitter.text_end(draft) == last.end - (len(raw_last) - len(raw_last.rstrip()))
+        assert splitter.is_figure(draft) == any(u.figure for u in draft.units)
+    for current, following in zip(drafts, drafts[1:]):
+        for prefix in ("word", ", x", following.text[:10]):
+            assert splitter.overlap_joiner(current, following, prefix) == _reference_joiner(doc.text, current, following, prefix)
+    # Every chunk: verbatim exactly when its text is its source span, counts exact.
+    for chunk in chunk_sentence(doc, config, TOKENIZER):
+        assert chunk.verbatim == (chunk.text == doc.text[chunk.char_start : chunk.char_end])
+        assert chunk.token_count == len(TOKENIZER.encode(chunk.text))
