@@ -98,6 +98,7 @@ EXPERIMENTS: list[Configuration] = [
     # Neighbour context ("+nb"): small disjoint chunks embedded with the text around them, up to
     # the model's 256 word pieces; the stored (retrieved) spans stay small.
     Configuration("simple+ctx+nb", "simple", {}, True, neighbours=256),
+    Configuration("simple+ctx+nb96", "simple", {}, True, neighbours=96),
     Configuration("sw80/0+ctx+nb", "sentence_window", {"chunk_size": 80, "overlap": 0, "min_size": 20}, True,
                   neighbours=256),
     Configuration("sw100/0+ctx+nb", "sentence_window", {"chunk_size": 100, "overlap": 0, "min_size": 20}, True,
@@ -222,6 +223,8 @@ def main() -> None:
     parser.add_argument("--configs", default="shipped", help="comma list of names; 'shipped', 'experiments', 'all'")
     parser.add_argument("--modes", default="vector")
     parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--keyword-weights", default="1", help="comma list of hybrid keyword_weight values to score "
+                        "hybrid mode with (the BM25 ranking's weight in the fusion; 1 = plain RRF)")
     parser.add_argument("--skip-covered", default="off", help="comma list of overlap-aware top-k settings to score "
                         "each mode with: 'off' or a fraction in (0, 1] (SearchIndex.search skip_covered)")
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
@@ -279,9 +282,12 @@ def main() -> None:
     questions = load_eval_set(args.eval_set)
     index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))
     try:
-        for mode, skip in [(m, s) for m in args.modes.split(",") for s in args.skip_covered.split(",")]:
+        weights = [float(w) for w in args.keyword_weights.split(",")]
+        for mode, skip, weight in [(m, s, w) for m in args.modes.split(",") for s in args.skip_covered.split(",")
+                                   for w in (weights if m == "hybrid" else [1.0])]:
             skip_covered = None if skip == "off" else float(skip)
-            report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names, skip_covered=skip_covered)
+            report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names, skip_covered=skip_covered,
+                              keyword_weight=weight)
             rows = report.at(args.k)
             print(f"\nmode {report.mode}, k={args.k}, {next(iter(rows.values())).questions} questions "
                   f"({len(report.skipped)} skipped), eval set {args.eval_set} "

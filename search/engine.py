@@ -318,6 +318,7 @@ class SearchIndex:
         query_vector: np.ndarray | None = None,
         refresh: bool = True,
         skip_covered: float | None = None,
+        keyword_weight: float = 1.0,
     ) -> list[Hit]:
         """Top ``k`` chunks per strategy (one strategy, or every one), best first.
 
@@ -328,11 +329,15 @@ class SearchIndex:
         in (0, 1]): a chunk is skipped when at least that fraction of its characters is
         in better-ranked hits of the same document already returned, and the next one
         is taken, so overlapping windows give k distinct regions (``not_covered``).
+        ``keyword_weight``: hybrid only, the BM25 ranking's weight in the fusion against
+        the vector ranking's 1 (1: plain RRF).
         """
         if mode not in MODES:
             raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
         if k < 1:
             raise SearchError("k must be at least 1")
+        if keyword_weight < 0:
+            raise SearchError(f"keyword_weight must be >= 0, not {keyword_weight!r}")
         if skip_covered is not None and not 0 < skip_covered <= 1:
             raise SearchError(f"skip_covered must be in (0, 1], not {skip_covered!r}")
         if refresh or self._built is None:
@@ -344,7 +349,7 @@ class SearchIndex:
         for name, table in tables.items():
             fetch = k if skip_covered is None else 4 * k
             while True:
-                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder)
+                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight)
                 if skip_covered is None:
                     break
                 kept = [ranked[i] for i in not_covered(self._spans(table, ranked), skip_covered)]
@@ -355,7 +360,7 @@ class SearchIndex:
             hits.extend(self._hits(name, table, ranked))
         return hits
 
-    def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder) -> list[tuple[int, float]]:
+    def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder, keyword_weight=1.0) -> list[tuple[int, float]]:
         """The top ``k`` (row_id, score) of one strategy table, best first."""
         if mode == "vector":
             return self._vector(table, query_vector, k, doc_ids, folder)
@@ -365,7 +370,7 @@ class SearchIndex:
         return reciprocal_rank_fusion(
             [self._vector(table, query_vector, depth, doc_ids, folder),
              self._keyword(table, query, depth, doc_ids, folder)],
-            k,
+            k, weights=(1.0, keyword_weight),
         )
 
     def _spans(self, table: str, ranked: list[tuple[int, float]]) -> list[tuple[str, int, int]]:
@@ -480,12 +485,15 @@ def not_covered(ranked: Sequence[tuple[str, int, int]], skip_covered: float) -> 
     return kept
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]], k: int) -> list[tuple[int, float]]:
-    """Fuse ranked lists of (id, score): each id scores sum(1 / (RRF_K + rank)); ties by id."""
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[tuple[int, float]]], k: int, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
+    """Fuse ranked lists of (id, score): each id scores sum(weight / (RRF_K + rank)); ties by id.
+    ``weights``: one per ranking (default 1 each: plain RRF)."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
         for rank, (row_id, _) in enumerate(ranking, start=1):
-            fused[row_id] = fused.get(row_id, 0.0) + 1.0 / (RRF_K + rank)
+            fused[row_id] = fused.get(row_id, 0.0) + weight / (RRF_K + rank)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
 
 

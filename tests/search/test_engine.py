@@ -228,3 +228,19 @@ def test_skip_covered_must_be_a_fraction(index):
     for bad in (0, -0.1, 1.5):
         with pytest.raises(SearchError, match="skip_covered must be in"):
             index.search("boats", mode="keyword", skip_covered=bad)
+
+
+def test_weighted_fusion_moves_the_ranking_toward_the_heavier_list():
+    vector, keyword = [(1, 0.9), (2, 0.8), (3, 0.7)], [(3, 9.0), (2, 8.0), (1, 7.0)]
+    assert reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 1.0)) == reciprocal_rank_fusion([vector, keyword], 3)
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 2.0))] == [3, 2, 1]
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 0.5))] == [1, 2, 3]
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 0.0))] == [1, 2, 3]
+
+
+def test_hybrid_keyword_weight_zero_ranks_as_vector_search(index):
+    vector = [(h.doc_id, h.chunk_index) for h in index.search("ferry island wind", mode="vector", k=3, strategy="sent")]
+    hybrid = index.search("ferry island wind", mode="hybrid", k=3, strategy="sent", keyword_weight=0.0)
+    assert [(h.doc_id, h.chunk_index) for h in hybrid] == vector
+    with pytest.raises(SearchError, match="keyword_weight must be >= 0"):
+        index.search("ferry", mode="hybrid", keyword_weight=-1)
