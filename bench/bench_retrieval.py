@@ -105,6 +105,8 @@ EXPERIMENTS: list[Configuration] = [
                   neighbours=256),
     Configuration("p100+ctx+nb", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 0}, True,
                   neighbours=256),
+    Configuration("sent100+ctx+nb96", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True,
+                  neighbours=96),
     Configuration("sent100+ctx+nb", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True,
                   neighbours=256),
     Configuration("sw100/50+ctx+nb", "sentence_window", {"chunk_size": 100, "overlap": 50, "min_size": 20}, True,

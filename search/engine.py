@@ -349,7 +349,8 @@ class SearchIndex:
         for name, table in tables.items():
             fetch = k if skip_covered is None else 4 * k
             while True:
-                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight)
+                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight,
+                                      fusion_depth=max(50, 5 * k))
                 if skip_covered is None:
                     break
                 kept = [ranked[i] for i in not_covered(self._spans(table, ranked), skip_covered)]
@@ -360,13 +361,16 @@ class SearchIndex:
             hits.extend(self._hits(name, table, ranked))
         return hits
 
-    def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder, keyword_weight=1.0) -> list[tuple[int, float]]:
-        """The top ``k`` (row_id, score) of one strategy table, best first."""
+    def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder, keyword_weight=1.0,
+                fusion_depth=50) -> list[tuple[int, float]]:
+        """The top ``k`` (row_id, score) of one strategy table, best first. Hybrid fuses the top
+        ``fusion_depth`` of each ranking (at least ``k``): it follows the k asked for, not how
+        deep overlap-aware top k looks, so skipping never changes the fused order."""
         if mode == "vector":
             return self._vector(table, query_vector, k, doc_ids, folder)
         if mode == "keyword":
             return self._keyword(table, query, k, doc_ids, folder)
-        depth = max(50, 5 * k)
+        depth = max(fusion_depth, k)
         return reciprocal_rank_fusion(
             [self._vector(table, query_vector, depth, doc_ids, folder),
              self._keyword(table, query, depth, doc_ids, folder)],

@@ -244,3 +244,25 @@ def test_hybrid_keyword_weight_zero_ranks_as_vector_search(index):
     assert [(h.doc_id, h.chunk_index) for h in hybrid] == vector
     with pytest.raises(SearchError, match="keyword_weight must be >= 0"):
         index.search("ferry", mode="hybrid", keyword_weight=-1)
+
+
+def test_skip_covered_never_changes_the_fused_order_of_what_it_keeps(store, monkeypatch):
+    text = " ".join(f"w{i} boats harbour" if i % 7 == 0 else f"w{i}" for i in range(400))
+    put_document(store, "long.txt", text)
+    put_windows(store, "long.txt", text, width=6, step=6)  # disjoint windows: nothing is ever covered
+    idx = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    depths = []  # how deep each ranking fed to the fusion went
+    for name in ("_vector", "_keyword"):
+        real = getattr(idx, name)
+        monkeypatch.setattr(idx, name, lambda table, q, k, d, f, real=real: depths.append(k) or real(table, q, k, d, f))
+    try:
+        for k in (1, 5, 10, 20):
+            depths.clear()
+            plain = idx.search("boats harbour w14", mode="hybrid", k=k, strategy="win")
+            plain_depths = list(depths)
+            depths.clear()
+            distinct = idx.search("boats harbour w14", mode="hybrid", k=k, strategy="win", skip_covered=0.5)
+            assert depths == plain_depths  # looking deeper for distinct hits does not deepen the fusion
+            assert [(h.chunk_index, h.score) for h in distinct] == [(h.chunk_index, h.score) for h in plain]
+    finally:
+        idx.close()
