@@ -35,6 +35,7 @@ from search.evaluation import (
     file_sha256,
     load_eval_set,
     markdown_table,
+    mode_label,
     previous_recall,
     recall_drops,
     record_report,
@@ -45,8 +46,12 @@ RECALL_CHECK = "recall_at_5_stable"
 
 
 def build_retrieval_eval_asset(
-    embedding_keys: Sequence[AssetKey], *, eval_set: str, mode: str = "vector", ks: Sequence[int] = DEFAULT_KS
+    embedding_keys: Sequence[AssetKey], *, eval_set: str, mode: str = "vector", ks: Sequence[int] = DEFAULT_KS,
+    skip_covered: float | None = None,
 ) -> AssetsDefinition:
+    """``skip_covered``: score the overlap-aware top k (settings ``search_skip_covered``)."""
+    label = mode_label(mode, skip_covered)
+
     @asset(
         name=RETRIEVAL_EVAL,
         deps=list(embedding_keys),
@@ -57,9 +62,9 @@ def build_retrieval_eval_asset(
             RECALL_CHECK, asset=RETRIEVAL_EVAL,
             description="WARN when a strategy's recall@5 fell by more than 2 points since the previous evaluation.",
         )],
-        description=f"Retrieval quality of every strategy on the eval set `{eval_set}` ({mode} search): "
+        description=f"Retrieval quality of every strategy on the eval set `{eval_set}` ({label} search): "
                     "character recall / precision / IoU, MRR and nDCG at k = " + ", ".join(map(str, ks)),
-        metadata={"eval_set": eval_set, "mode": mode},
+        metadata={"eval_set": eval_set, "mode": label},
     )
     def retrieval_eval(
         context: AssetExecutionContext, store: StoreResource, embedding: EmbeddingModelResource
@@ -73,7 +78,7 @@ def build_retrieval_eval_asset(
         embed = (lambda texts: embedding.get_embedder().embed(texts)) if mode != "keyword" else None
         index = SearchIndex(store.path, model_id, embed=embed, lake=store.lake_config())
         try:
-            report = evaluate(index, questions, ks=ks, mode=mode)
+            report = evaluate(index, questions, ks=ks, mode=mode, skip_covered=skip_covered)
         finally:
             index.close()
         for qid, reason in report.skipped.items():
@@ -90,7 +95,7 @@ def build_retrieval_eval_asset(
             yield AssetCheckResult(asset_key=RETRIEVAL_EVAL, check_name=RECALL_CHECK, passed=True,
                                    severity=AssetCheckSeverity.WARN, description=f"not evaluated: {note}")
             return
-        previous = previous_recall(chunk_store, eval_set=eval_set, mode=mode, model_id=model_id)
+        previous = previous_recall(chunk_store, eval_set=eval_set, mode=label, model_id=model_id)
         record_report(
             chunk_store, report, run_id=context.run.run_id, eval_set=eval_set, eval_set_sha256=file_sha256(eval_set),
             model_id=model_id, evaluated_at=datetime.now(timezone.utc).replace(tzinfo=None),

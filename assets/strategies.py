@@ -45,7 +45,7 @@ from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import ChunkStore, StoreResource, Write
 from resources.tokenizer import TokenizerResource
-from search.context import with_context
+from search.context import EmbedContext, with_context
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +110,16 @@ def _chunks_write_of(
 
 
 def build_strategy_assets(
-    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: bool = False,
+    spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: EmbedContext | bool = False,
     name: str | None = None,
 ) -> list[AssetsDefinition]:
     """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
-    with its document title and heading path prepended (search/context.py). ``name`` (default: the
+    with its document title and heading path prepended and/or its neighbouring text (an EmbedContext;
+    ``True`` means the title and heading path only; search/context.py). ``name`` (default: the
     strategy's) names the assets ``chunks_<name>`` / ``embeddings_<name>`` and is the ``strategy``
     their rows carry in the store, so a variant of a strategy is a strategy of its own downstream."""
     strategy_name = name or spec.name
+    embed_context = EmbedContext.of(embed_context)
     chunks_key = AssetKey(f"chunks_{strategy_name}")
     embeddings_key = AssetKey(f"embeddings_{strategy_name}")
     cfg_hash = config_hash(config)
@@ -216,7 +218,7 @@ def build_strategy_assets(
         **DOCUMENT_ASSET_ARGS,
         group_name="embeddings",
         deps=[chunks_asset],
-        code_version=embedding_model_id + ("+context" if embed_context else ""),
+        code_version=embedding_model_id + embed_context.code_version_suffix(),
         check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
         automation_condition=AutomationCondition.eager(),
         description=f"Vectors of the `{strategy_name}` chunks; cached by (model id, sha256 of chunk text).",
@@ -234,8 +236,10 @@ def build_strategy_assets(
         document_rows = chunk_store.documents_of(context.partition_keys)
         rows_by_doc = chunk_store.load_chunks_of(
             [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"], strategy_name)
-        if embed_context:  # the embedded text (and so its cache key) gains the title and heading path
-            rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows) for d, rows in rows_by_doc.items()}
+        embedder = embedding.get_embedder()
+        if embed_context:  # the embedded text (and so its cache key) gains the headings and/or neighbours
+            rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows, embed_context, embedder)
+                           for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
         # Embed each distinct missing text once, across the whole batch.
@@ -244,7 +248,6 @@ def build_strategy_assets(
             for c in rows:
                 if c.text_sha256 not in cached:
                     missing.setdefault(c.text_sha256, c.text)
-        embedder = embedding.get_embedder()
         fresh: dict[str, np.ndarray] = {}
         model_seconds = 0.0
         if missing:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_retrieval.py --db path/to/ingested.duckdb \\
         [--eval-set eval/corpus.jsonl] [--work /tmp/bench_retrieval.duckdb] \\
-        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--k 5]
+        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--skip-covered off,0.5] [--k 5]
 
 ``--db`` is a store that ``chunkyard run`` filled with the eval set's documents
 (read only: it is copied to ``--work`` first, so its embedding cache makes repeated
@@ -49,14 +49,15 @@ from orchestration.settings import load_settings  # noqa: E402
 from resources.embedding import EmbeddingModelResource  # noqa: E402
 from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E402
 from resources.tokenizer import TokenizerResource  # noqa: E402
-from search.context import with_context  # noqa: E402
+from search.context import EmbedContext, with_context  # noqa: E402
 from search.engine import SearchIndex  # noqa: E402
 from search.evaluation import evaluate, load_eval_set  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Configuration:
-    """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with context.
+    """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with the
+    title and heading path, ``neighbours``: and with that many word pieces of the text around the chunk.
 
     ``on_shipped=False`` (a ``[variants.*]`` table): ``overrides`` is the whole config over the library
     defaults, as the pipeline reads a variant.
@@ -67,6 +68,10 @@ class Configuration:
     overrides: dict[str, Any] = field(default_factory=dict)
     context: bool = False
     on_shipped: bool = True
+    neighbours: int = 0  # word pieces of neighbouring text embedded with the chunk (EmbedContext)
+
+    def embed_context(self) -> EmbedContext:
+        return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours)
 
 
 def shipped_configurations(settings=None) -> list[Configuration]:
@@ -75,8 +80,8 @@ def shipped_configurations(settings=None) -> list[Configuration]:
     for name in strategy_names():
         out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
     variants = settings.variants if settings is not None else {}
-    return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False)
-                  for name, v in variants.items()]
+    return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False,
+                                neighbours=v.embed_neighbours) for name, v in variants.items()]
 
 
 # Candidates for "best on recall@5 and IoU@5 at once", sized for all-MiniLM-L6-v2.
@@ -90,6 +95,23 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("r100/50+ctx", "recursive", {"chunk_token_size": 100, "chunk_overlap_token_size": 50}, True),
     Configuration("sent100+ctx", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True),
     Configuration("sw150/75+ctx", "sentence_window", {"chunk_size": 150, "overlap": 75, "min_size": 20}, True),
+    # Neighbour context ("+nb"): small disjoint chunks embedded with the text around them, up to
+    # the model's 256 word pieces; the stored (retrieved) spans stay small.
+    Configuration("simple+ctx+nb", "simple", {}, True, neighbours=256),
+    Configuration("simple+ctx+nb96", "simple", {}, True, neighbours=96),
+    Configuration("sw80/0+ctx+nb", "sentence_window", {"chunk_size": 80, "overlap": 0, "min_size": 20}, True,
+                  neighbours=256),
+    Configuration("sw100/0+ctx+nb", "sentence_window", {"chunk_size": 100, "overlap": 0, "min_size": 20}, True,
+                  neighbours=256),
+    Configuration("p100+ctx+nb", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 0}, True,
+                  neighbours=256),
+    Configuration("sent100+ctx+nb96", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True,
+                  neighbours=96),
+    Configuration("sent100+ctx+nb", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True,
+                  neighbours=256),
+    Configuration("sw100/50+ctx+nb", "sentence_window", {"chunk_size": 100, "overlap": 50, "min_size": 20}, True,
+                  neighbours=256),
+    Configuration("simple+nb", "simple", {}, False, neighbours=256),
 ]
 
 
@@ -176,8 +198,8 @@ def chunk_and_embed(
         chunks = _CHUNKS_MEMO[memo_key]
         store.replace_chunks(doc_id, cfg.name, chunks, config_hash=config_hash(config), doc_sha256=doc.sha256)
         rows = store.load_chunks(doc_id, cfg.name)
-        if cfg.context:
-            rows = with_context(store, doc_id, cfg.name, rows)
+        if cfg.embed_context():
+            rows = with_context(store, doc_id, cfg.name, rows, cfg.embed_context(), embedder)
         cached = store.cached_embeddings(embedding.model_id, [r.text_sha256 for r in rows])
         missing = {r.text_sha256: r.text for r in rows if r.text_sha256 not in cached}
         fresh = {}
@@ -203,6 +225,10 @@ def main() -> None:
     parser.add_argument("--configs", default="shipped", help="comma list of names; 'shipped', 'experiments', 'all'")
     parser.add_argument("--modes", default="vector")
     parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--keyword-weights", default="1", help="comma list of hybrid keyword_weight values to score "
+                        "hybrid mode with (the BM25 ranking's weight in the fusion; 1 = plain RRF)")
+    parser.add_argument("--skip-covered", default="off", help="comma list of overlap-aware top-k settings to score "
+                        "each mode with: 'off' or a fraction in (0, 1] (SearchIndex.search skip_covered)")
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
     parser.add_argument("--cold", action="store_true", help="empty the work copy's vector cache first, so every "
                         "configuration's embed seconds are measured in this run (a text two configurations share "
@@ -258,10 +284,14 @@ def main() -> None:
     questions = load_eval_set(args.eval_set)
     index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))
     try:
-        for mode in args.modes.split(","):
-            report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names)
+        weights = [float(w) for w in args.keyword_weights.split(",")]
+        for mode, skip, weight in [(m, s, w) for m in args.modes.split(",") for s in args.skip_covered.split(",")
+                                   for w in (weights if m == "hybrid" else [1.0])]:
+            skip_covered = None if skip == "off" else float(skip)
+            report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names, skip_covered=skip_covered,
+                              keyword_weight=weight)
             rows = report.at(args.k)
-            print(f"\nmode {mode}, k={args.k}, {next(iter(rows.values())).questions} questions "
+            print(f"\nmode {report.mode}, k={args.k}, {next(iter(rows.values())).questions} questions "
                   f"({len(report.skipped)} skipped), eval set {args.eval_set} "
                   f"sha256 {hashlib.sha256(Path(args.eval_set).read_bytes()).hexdigest()[:12]}")
             print(f"| configuration | recall@{args.k} | precision@{args.k} | IoU@{args.k} | MRR@{args.k} | chunks | "

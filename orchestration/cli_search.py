@@ -1,9 +1,9 @@
 """``chunkyard search | ground | eval``: the search commands, hooked into orchestration/cli.py.
 
     chunkyard search "query" [--strategy S] [-k 5] [--mode vector|keyword|hybrid]
-                             [--doc ID ...] [--folder F] [--json]
+                             [--doc ID ...] [--folder F] [--skip-covered F] [--json]
     chunkyard ground "claim" [--threshold 0.7] [--strategy S] [-k 3] [--json]
-    chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--json]
+    chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--skip-covered F] [--json]
 
 ``search`` and ``ground`` only read the database. ``eval`` materializes the
 ``retrieval_eval`` asset through the persistent Dagster instance (so the UI shows
@@ -32,6 +32,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--folder", help="only documents under this folder of the documents root")
     search.add_argument("--context", type=int, default=160, help="characters of context shown each side")
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
+    search.add_argument("--skip-covered", type=float, metavar="F",
+                        help="skip a hit when at least this fraction of its characters is in better hits of its "
+                             "document (settings search_skip_covered; 0 = off)")
 
     ground = subparsers.add_parser("ground", help="is a claim supported by the documents? (per strategy)")
     ground.add_argument("claim")
@@ -44,6 +47,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--eval-set", help="JSONL eval set (settings eval_set: eval/examples.jsonl)")
     evaluate.add_argument("--mode", choices=("vector", "keyword", "hybrid"), help="search mode (settings: vector)")
     evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument("--skip-covered", type=float, metavar="F",
+                          help="overlap-aware top k, as for search (settings search_skip_covered; 0 = off)")
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -69,13 +74,25 @@ def _settings():
     return load_settings()
 
 
+def _with_skip_covered(settings, value: float | None):
+    """The settings with ``--skip-covered`` applied: a fraction in (0, 1], or 0 for off."""
+    from search.engine import SearchError
+
+    if value is None:
+        return settings
+    if not 0 <= value <= 1:
+        raise SearchError(f"--skip-covered must be 0 (off) or a fraction in (0, 1], not {value:g}")
+    return settings.model_copy(update={"search_skip_covered": value or None})
+
+
 def _search(args) -> int:
     from search.engine import open_index
 
-    index = open_index(_settings())
+    settings = _with_skip_covered(_settings(), args.skip_covered)
+    index = open_index(settings)
     index.context_chars = max(0, args.context)
     hits = index.search(args.query, mode=args.mode, k=max(1, args.k), strategy=args.strategy,
-                        doc_ids=args.docs, folder=args.folder)
+                        doc_ids=args.docs, folder=args.folder, skip_covered=settings.search_skip_covered)
     if args.json:
         print(json.dumps([h.to_json() for h in hits], ensure_ascii=False, indent=2))
         return 0
@@ -136,7 +153,7 @@ def _eval(args) -> int:
     from orchestration.definitions import build_project
     from resources.store import ChunkStore
 
-    settings = _settings()
+    settings = _with_skip_covered(_settings(), args.skip_covered)
     updates = {k: v for k, v in (("eval_set", args.eval_set), ("eval_mode", args.mode)) if v}
     settings = settings.model_copy(update=updates)
     ensure_dagster_home()

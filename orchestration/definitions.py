@@ -92,7 +92,8 @@ def build_project(settings: Settings) -> Project:
     # Not document assets (unpartitioned, outside graph_order): they summarize the store.
     embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
     stats_asset = build_stats_asset(embedding_keys)
-    retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode)
+    retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode,
+                                                skip_covered=settings.search_skip_covered)
     assets = [raw_documents, parsed_documents, *strategy_assets, stats_asset, retrieval_eval]
     graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
         key for a in strategy_assets for key in a.keys

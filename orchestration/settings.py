@@ -15,6 +15,7 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     [variants.sw_retrieval]  # another instance of a registered strategy, under its own name
     strategy = "sentence_window"
     embed_with_context = true
+    embed_neighbours = 256   # and up to 256 word pieces of the text around each chunk
     chunk_size = 100         # the strategy's own config fields, as under [strategies.<name>]
 
     [store]                  # where the tables live (resources/store.py); default: the DuckDB file
@@ -38,13 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
 from resources.embedding import parse_threads
 from resources.store import LakeConfig, lake_config
+from search.context import EmbedContext
 
 STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
              "data_path": "CHUNKYARD_STORE_DATA_PATH", "s3_endpoint": "CHUNKYARD_STORE_S3_ENDPOINT",
@@ -99,7 +101,8 @@ class VariantSettings(BaseModel):
     """``[variants.<name>]``: one more instance of a registered strategy, under its own name.
 
     ``strategy`` names the registered strategy; ``embed_with_context`` embeds its chunks
-    with the document title and heading path (search/context.py); every other key is a
+    with the document title and heading path, ``embed_neighbours`` with up to that many
+    word pieces of the parsed text around each chunk (search/context.py); every other key is a
     field of that strategy's config, exactly as under ``[strategies.<strategy>]`` (the
     variant does not inherit that table: it states its whole difference from the
     library defaults).
@@ -109,6 +112,7 @@ class VariantSettings(BaseModel):
 
     strategy: str
     embed_with_context: bool = False
+    embed_neighbours: int = Field(0, ge=0)
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -125,7 +129,7 @@ class StrategyInstance:
     name: str
     spec: StrategySpec
     config: BaseModel
-    embed_context: bool
+    embed_context: EmbedContext  # falsy when the chunk's own text is embedded
 
 
 class Settings(BaseModel):
@@ -153,8 +157,13 @@ class Settings(BaseModel):
     eval_set: str = "eval/examples.jsonl"
     eval_mode: str = Field("vector", pattern="^(vector|keyword|hybrid)$")
     grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
+    # Overlap-aware top k for search and eval: skip a hit when at least this fraction of its
+    # characters is in better-ranked hits of its document (SearchIndex.search). None: off.
+    search_skip_covered: float | None = Field(None, gt=0.0, le=1.0)
     # Strategies whose chunks are embedded with the document title and heading path prepended.
     embed_with_context: list[str] = Field(default_factory=list)
+    # Strategy -> word pieces of the text around each chunk embedded with it (0: none).
+    embed_neighbours: dict[str, NonNegativeInt] = Field(default_factory=dict)
     # Extra named instances of registered strategies (VariantSettings), each with its own assets.
     variants: dict[str, VariantSettings] = Field(default_factory=dict)
     # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
@@ -182,14 +191,16 @@ class Settings(BaseModel):
         """
         names = self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
         specs = [get_strategy(name) for name in names]
-        unknown = (set(self.strategies) | set(self.embed_with_context)) - {s.name for s in specs}
+        unknown = (set(self.strategies) | set(self.embed_with_context) | set(self.embed_neighbours)) - {
+            s.name for s in specs}
         if unknown:
-            hint = (" (a variant embeds with context by its own embed_with_context = true)"
+            hint = (" (a variant embeds with context by its own embed_with_context / embed_neighbours)"
                     if unknown & set(self.variants) else "")
             raise ValueError(f"settings configure strategies that are not enabled or not registered: "
                              f"{sorted(unknown)}{hint}")
         out = [StrategyInstance(spec.name, spec, spec.parse_config(self.strategies.get(spec.name)),
-                                spec.name in self.embed_with_context) for spec in specs]
+                                EmbedContext(spec.name in self.embed_with_context,
+                                             self.embed_neighbours.get(spec.name, 0))) for spec in specs]
         return out + [variant_instance(name, variant) for name, variant in self.variants.items()]
 
 
@@ -215,7 +226,7 @@ def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
         )) from None
     except ValueError as exc:  # StrategyConfigError: a field the strategy does not have
         raise ValueError(f"{key}: {exc}") from None
-    return StrategyInstance(name, spec, config, variant.embed_with_context)
+    return StrategyInstance(name, spec, config, EmbedContext(variant.embed_with_context, variant.embed_neighbours))
 
 
 MAX_CONCURRENT_RUNS_ENV = "CHUNKYARD_MAX_CONCURRENT_RUNS"  # deploy/dagster.yaml's run coordinator reads it

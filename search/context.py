@@ -1,32 +1,167 @@
-"""Embedding a chunk with its context: the document title and heading path prepended.
+"""Embedding a chunk with its context: the document title and heading path prepended,
+and optionally the parsed text around the chunk (its neighbours) on both sides.
 
 Only the text given to the embedding model changes; the stored chunk (text,
-offsets) does not. The embedded text's sha256 is the embedding-cache key, so the
-prefix is part of the key: a renamed heading or title re-embeds, nothing else does.
+offsets) does not, so search returns, highlights and scores the chunk's own span.
+The embedded text's sha256 is the embedding-cache key, so the context is part of the
+key: a renamed heading or title, or changed neighbouring text, re-embeds; nothing
+else does.
+
+Neighbour context is the small-to-big idea turned around: small stored chunks (few
+retrieved characters) whose embedded view is as large as the model reads. The
+neighbours are whole words of the parsed text right before and after the chunk's
+span, as many as fit in ``EmbedContext.neighbour_tokens`` word pieces and in the
+model's max sequence (the model would silently truncate the rest).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import PurePosixPath
-from typing import Sequence
+from typing import Callable, Sequence
 
 CONTEXT_SEPARATOR = " > "
 
+# A unit of neighbour text: one CJK character (those scripts have no spaces), else a
+# run of non-space characters. Neighbours start and end on unit boundaries.
+_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+_UNIT = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
+# How far to look for neighbour text, in characters per word piece of budget (a word
+# piece is rarely longer than a few characters; whitespace runs can be long).
+_CHARS_PER_PIECE = 12
 
-def embedding_text(text: str, *, title: str = "", heading_path: Sequence[str] = ()) -> str:
-    """``"Title > H1 > H2\\n\\n<text>"``; the text alone when there is no context.
+
+@dataclasses.dataclass(frozen=True)
+class EmbedContext:
+    """What a chunk is embedded with besides its own text.
+
+    ``headings``: the document title and the chunk's heading path, prepended.
+    ``neighbour_tokens``: at most this many word pieces (the embedding model's tokenizer)
+    of the parsed text around the chunk, about half before and half after; the whole
+    embedded text never exceeds the model's max sequence. 0: none.
+    Falsy when it adds nothing (the chunk's own text is embedded).
+    """
+
+    headings: bool = False
+    neighbour_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.neighbour_tokens < 0:
+            raise ValueError(f"neighbour_tokens must be >= 0, not {self.neighbour_tokens}")
+
+    def __bool__(self) -> bool:
+        return self.headings or self.neighbour_tokens > 0
+
+    @classmethod
+    def of(cls, value: "EmbedContext | bool | None") -> "EmbedContext":
+        """``True``/``False`` (the original switch) mean headings on/off."""
+        return value if isinstance(value, cls) else cls(headings=bool(value))
+
+    def code_version_suffix(self) -> str:
+        """Part of the embeddings asset's code version: a changed option marks the vectors stale."""
+        return ("+context" if self.headings else "") + (
+            f"+neighbours{self.neighbour_tokens}" if self.neighbour_tokens else "")
+
+
+def embedding_text(
+    text: str, *, title: str = "", heading_path: Sequence[str] = (), before: str = "", after: str = ""
+) -> str:
+    """``"Title > H1 > H2\\n\\n<before><text><after>"``; the text alone when there is no context.
 
     Empty parts are dropped, and a heading equal to the part before it (a document
-    whose first heading is its title) is not repeated.
+    whose first heading is its title) is not repeated. ``before``/``after`` are the
+    neighbouring parsed text, joined to the chunk as they stand in the document.
     """
     parts: list[str] = []
     for part in (title, *heading_path):
         part = " ".join(part.split())
         if part and (not parts or parts[-1] != part):
             parts.append(part)
-    return f"{CONTEXT_SEPARATOR.join(parts)}\n\n{text}" if parts else text
+    body = f"{before}{text}{after}"
+    return f"{CONTEXT_SEPARATOR.join(parts)}\n\n{body}" if parts else body
+
+
+def _largest_fitting(candidates: Sequence[str], budget: int, count_pieces: Callable[[str], int]) -> str:
+    """The longest of ``candidates`` (ordered by length, each extending the previous) within
+    ``budget`` word pieces; "" when none fits. Binary search: the count grows with the text."""
+    lo, hi = 0, len(candidates)  # candidates[:lo] known to fit (as a prefix count)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_pieces(candidates[mid - 1]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return candidates[lo - 1] if lo else ""
+
+
+def _before_candidates(doc_text: str, start: int, budget: int) -> list[str]:
+    """Texts ``doc_text[b:start]`` for unit starts b, nearest first (shortest first)."""
+    lo = max(0, start - budget * _CHARS_PER_PIECE)
+    region = doc_text[lo:start]
+    starts = [m.start() for m in _UNIT.finditer(region)]
+    if lo > 0 and starts and starts[0] == 0 and not doc_text[lo - 1].isspace():
+        starts = starts[1:]  # a word cut by the look-back limit is not a whole word
+    return [region[s:] for s in reversed(starts)]
+
+
+def _after_candidates(doc_text: str, end: int, budget: int) -> list[str]:
+    """Texts ``doc_text[end:a]`` for unit ends a, nearest first (shortest first)."""
+    hi = min(len(doc_text), end + budget * _CHARS_PER_PIECE)
+    region = doc_text[end:hi]
+    ends = [m.end() for m in _UNIT.finditer(region)]
+    if hi < len(doc_text) and ends and ends[-1] == len(region) and not doc_text[hi].isspace():
+        ends = ends[:-1]
+    return [region[:e] for e in ends]
+
+
+def neighbours(
+    doc_text: str, start: int, end: int, budget: int, count_pieces: Callable[[str], int]
+) -> tuple[str, str]:
+    """(before, after): the whole units of ``doc_text`` right before ``start`` and right after
+    ``end`` whose word pieces (``count_pieces``, no special tokens) total at most ``budget``.
+
+    Half the budget goes before; a side that reaches the document's edge leaves the rest
+    to the other. ``before + doc_text[start:end] + after`` is contiguous document text.
+    """
+    if budget <= 0:
+        return "", ""
+    before_options = _before_candidates(doc_text, start, budget)
+    after_options = _after_candidates(doc_text, end, budget)
+    before = _largest_fitting(before_options, budget // 2, count_pieces)
+    after = _largest_fitting(after_options, budget - count_pieces(before), count_pieces)
+    before = _largest_fitting(before_options, budget - count_pieces(after), count_pieces)
+    return before, after
+
+
+def context_text(
+    text: str, *, title: str = "", heading_path: Sequence[str] = (), doc_text: str = "", span: tuple[int, int] = (0, 0),
+    neighbour_tokens: int = 0, count_tokens: Callable[[str], int] | None = None, max_tokens: int | None = None,
+) -> str:
+    """The text to embed for one chunk: ``embedding_text`` with up to ``neighbour_tokens`` word
+    pieces of ``doc_text`` around ``span``, the whole within ``max_tokens``.
+
+    ``count_tokens`` counts the model's word pieces of a text with its special tokens
+    (``Embedder.count_model_tokens``); ``max_tokens`` is the model's max sequence.
+    Invariant: with neighbours the result counts at most ``max_tokens``, unless the text
+    without neighbours already does not fit (then no neighbour is added).
+    """
+    base = embedding_text(text, title=title, heading_path=heading_path)
+    if neighbour_tokens <= 0 or not doc_text:
+        return base
+    if count_tokens is None or max_tokens is None:
+        raise ValueError("neighbour context needs the model's count_tokens and max_tokens")
+    specials = count_tokens("")
+    budget = min(neighbour_tokens, max_tokens - count_tokens(base))
+    while budget > 0:
+        before, after = neighbours(doc_text, span[0], span[1], budget, lambda t: count_tokens(t) - specials)
+        out = embedding_text(text, title=title, heading_path=heading_path, before=before, after=after)
+        excess = count_tokens(out) - max_tokens
+        if excess <= 0:  # pieces at the joins (a word cut by the chunk's edge) can add a few
+            return out
+        budget -= excess
+    return base
 
 
 def document_title(first_heading: str | None, source_path: str | None, doc_id: str) -> str:
@@ -36,26 +171,42 @@ def document_title(first_heading: str | None, source_path: str | None, doc_id: s
     return PurePosixPath(source_path or doc_id).stem
 
 
-def with_context(store, doc_id: str, strategy: str, rows: Sequence) -> list:
+def with_context(
+    store, doc_id: str, strategy: str, rows: Sequence, context: EmbedContext | bool = True, embedder=None
+) -> list:
     """``rows`` (StoredChunk) with ``text`` replaced by the text to embed and ``text_sha256`` by its hash.
 
     The embeddings table then records the hash of what the model read (it equals the
-    chunk's text_sha256 exactly when no context is prepended).
+    chunk's text_sha256 exactly when no context is added). Neighbour context needs
+    ``embedder`` (its ``count_model_tokens`` and ``max_seq_length``).
     """
     from search.engine import CHUNKS_RELATION
 
+    context = EmbedContext.of(context)
+    if context.neighbour_tokens and embedder is None:
+        raise ValueError("neighbour context needs the embedder (to count the model's word pieces)")
+    title, paths, doc_text = "", {}, ""
     with store.connect(read_only=True) as con:
-        doc = con.execute("SELECT source_path FROM documents WHERE doc_id = ?", [doc_id]).fetchone()
-        heading = con.execute(
-            "SELECT heading FROM blocks WHERE doc_id = ? AND level = 1 ORDER BY block_index LIMIT 1", [doc_id]
-        ).fetchone()
-        paths = dict(con.execute(
-            f"SELECT chunk_index, heading_path FROM {CHUNKS_RELATION} WHERE doc_id = ? AND strategy = ?",
-            [doc_id, strategy],
-        ).fetchall())
-    title = document_title(heading[0] if heading else None, doc[0] if doc else None, doc_id)
+        if context.headings:
+            doc = con.execute("SELECT source_path FROM documents WHERE doc_id = ?", [doc_id]).fetchone()
+            heading = con.execute(
+                "SELECT heading FROM blocks WHERE doc_id = ? AND level = 1 ORDER BY block_index LIMIT 1", [doc_id]
+            ).fetchone()
+            paths = dict(con.execute(
+                f"SELECT chunk_index, heading_path FROM {CHUNKS_RELATION} WHERE doc_id = ? AND strategy = ?",
+                [doc_id, strategy],
+            ).fetchall())
+            title = document_title(heading[0] if heading else None, doc[0] if doc else None, doc_id)
+        if context.neighbour_tokens:
+            doc_text = "".join(t for (t,) in con.execute(
+                "SELECT text FROM pages WHERE doc_id = ? ORDER BY page_num", [doc_id]).fetchall())
     out = []
     for row in rows:
-        text = embedding_text(row.text, title=title, heading_path=paths.get(row.chunk_index) or ())
+        text = context_text(
+            row.text, title=title, heading_path=paths.get(row.chunk_index) or (), doc_text=doc_text,
+            span=(row.char_start, row.char_end), neighbour_tokens=context.neighbour_tokens,
+            count_tokens=embedder.count_model_tokens if embedder is not None else None,
+            max_tokens=embedder.max_seq_length if embedder is not None else None,
+        )
         out.append(dataclasses.replace(row, text=text, text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest()))
     return out

@@ -44,6 +44,8 @@ from typing import Callable, Iterable, Literal, Sequence
 import duckdb
 import numpy as np
 
+from search.metrics import merge_intervals
+
 # The relation chunks are read from: the store's view of each document's current good
 # parse (resources/schema.py), so rows kept from an earlier parse are never found.
 CHUNKS_RELATION = "current_chunks"
@@ -317,18 +319,29 @@ class SearchIndex:
         folder: str | None = None,
         query_vector: np.ndarray | None = None,
         refresh: bool = True,
+        skip_covered: float | None = None,
+        keyword_weight: float = 1.0,
     ) -> list[Hit]:
         """Top ``k`` chunks per strategy (one strategy, or every one), best first.
 
         Scores: cosine similarity (vector), BM25 (keyword), RRF sum (hybrid).
         ``doc_ids`` keeps only those documents; ``folder`` only documents under it.
         ``refresh=False`` skips the fingerprint check, for a batch of queries right
-        after one ``refresh()`` (the evaluation).
+        after one ``refresh()`` (the evaluation). ``skip_covered`` (overlap-aware top k,
+        in (0, 1]): a chunk is skipped when at least that fraction of its characters is
+        in better-ranked hits of the same document already returned, and the next one
+        is taken, so overlapping windows give k distinct regions (``not_covered``).
+        ``keyword_weight``: hybrid only, the BM25 ranking's weight in the fusion against
+        the vector ranking's 1 (1: plain RRF).
         """
         if mode not in MODES:
             raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
         if k < 1:
             raise SearchError("k must be at least 1")
+        if keyword_weight < 0:
+            raise SearchError(f"keyword_weight must be >= 0, not {keyword_weight!r}")
+        if skip_covered is not None and not 0 < skip_covered <= 1:
+            raise SearchError(f"skip_covered must be in (0, 1], not {skip_covered!r}")
         if refresh or self._built is None:
             self.refresh()
         tables = self._tables_for(strategy)
@@ -336,19 +349,43 @@ class SearchIndex:
             query_vector = self._embed_query(query) if query_vector is None else query_vector
         hits: list[Hit] = []
         for name, table in tables.items():
-            if mode == "vector":
-                ranked = self._vector(table, query_vector, k, doc_ids, folder)
-            elif mode == "keyword":
-                ranked = self._keyword(table, query, k, doc_ids, folder)
-            else:
-                depth = max(50, 5 * k)
-                ranked = reciprocal_rank_fusion(
-                    [self._vector(table, query_vector, depth, doc_ids, folder),
-                     self._keyword(table, query, depth, doc_ids, folder)],
-                    k,
-                )
+            fetch = k if skip_covered is None else 4 * k
+            while True:
+                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight,
+                                      fusion_depth=max(50, 5 * k))
+                if skip_covered is None:
+                    break
+                kept = [ranked[i] for i in not_covered(self._spans(table, ranked), skip_covered)]
+                if len(kept) >= k or len(ranked) < fetch:  # enough distinct hits, or no more candidates
+                    ranked = kept[:k]
+                    break
+                fetch *= 4
             hits.extend(self._hits(name, table, ranked))
         return hits
+
+    def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder, keyword_weight=1.0,
+                fusion_depth=50) -> list[tuple[int, float]]:
+        """The top ``k`` (row_id, score) of one strategy table, best first. Hybrid fuses the top
+        ``fusion_depth`` of each ranking (at least ``k``): it follows the k asked for, not how
+        deep overlap-aware top k looks, so skipping never changes the fused order."""
+        if mode == "vector":
+            return self._vector(table, query_vector, k, doc_ids, folder)
+        if mode == "keyword":
+            return self._keyword(table, query, k, doc_ids, folder)
+        depth = max(fusion_depth, k)
+        return reciprocal_rank_fusion(
+            [self._vector(table, query_vector, depth, doc_ids, folder),
+             self._keyword(table, query, depth, doc_ids, folder)],
+            k, weights=(1.0, keyword_weight),
+        )
+
+    def _spans(self, table: str, ranked: list[tuple[int, float]]) -> list[tuple[str, int, int]]:
+        """(doc_id, char_start, char_end) of each ranked row, in rank order."""
+        spans = {r[0]: r[1:] for r in self._con.execute(
+            f"SELECT row_id, doc_id, char_start, char_end FROM {table} WHERE row_id IN (SELECT unnest(?::INTEGER[]))",
+            [[row_id for row_id, _ in ranked]],
+        ).fetchall()} if ranked else {}
+        return [spans[row_id] for row_id, _ in ranked]
 
     def _tables_for(self, strategy: str | None) -> dict[str, str]:
         tables = self._built.tables
@@ -431,12 +468,38 @@ class SearchIndex:
         return hits
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]], k: int) -> list[tuple[int, float]]:
-    """Fuse ranked lists of (id, score): each id scores sum(1 / (RRF_K + rank)); ties by id."""
+def not_covered(ranked: Sequence[tuple[str, int, int]], skip_covered: float) -> list[int]:
+    """Indices of ``ranked`` spans (doc_id, start, end; best first) that are kept when a span
+    with at least ``skip_covered`` of its characters inside spans kept before it (same
+    document) is skipped.
+
+    Invariants: the first span is always kept; a span sharing no character with a kept
+    span is always kept; an empty span is kept (it has no characters to be covered);
+    order is preserved, so keeping the first k of a longer ranking equals ranking deeper.
+    """
+    kept: list[int] = []
+    taken: dict[str, list[tuple[int, int]]] = {}
+    for i, (doc_id, start, end) in enumerate(ranked):
+        length = end - start
+        inside = 0
+        if length > 0:
+            inside = sum(max(0, min(end, e) - max(start, s)) for s, e in taken.get(doc_id, ()))
+        if length > 0 and inside >= skip_covered * length:
+            continue
+        kept.append(i)
+        taken[doc_id] = merge_intervals([*taken.get(doc_id, []), (start, end)])
+    return kept
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[tuple[int, float]]], k: int, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
+    """Fuse ranked lists of (id, score): each id scores sum(weight / (RRF_K + rank)); ties by id.
+    ``weights``: one per ranking (default 1 each: plain RRF)."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
         for rank, (row_id, _) in enumerate(ranking, start=1):
-            fused[row_id] = fused.get(row_id, 0.0) + 1.0 / (RRF_K + rank)
+            fused[row_id] = fused.get(row_id, 0.0) + weight / (RRF_K + rank)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
 
 

@@ -6,6 +6,7 @@ from dagster import AssetKey, Definitions
 from chunking.strategies import config_hash, get_strategy
 from orchestration.definitions import build_project
 from orchestration.settings import Settings, load_settings
+from search.context import EmbedContext
 
 SW_RETRIEVAL = """
 [strategies.sentence_window]
@@ -76,3 +77,43 @@ def test_embed_with_context_does_not_take_a_variant():
     settings = Settings(embed_with_context=["sw"], variants={"sw": {"strategy": "sentence_window"}})
     with pytest.raises(ValueError, match=r"not enabled or not registered: \['sw'\].*its own embed_with_context"):
         build_project(settings)
+
+
+def test_neighbour_context_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('embed_with_context = ["paragraph"]\n'
+                      'search_skip_covered = 0.5\n'
+                      '[embed_neighbours]\nparagraph = 128\nrecursive = 64\n'
+                      + SW_RETRIEVAL + "embed_neighbours = 256\n", encoding="utf-8")
+    settings = load_settings(config)
+    instances = {i.name: i.embed_context for i in settings.strategy_instances()}
+    assert instances["sw_small"] == EmbedContext(headings=True, neighbour_tokens=256)
+    assert instances["paragraph"] == EmbedContext(headings=True, neighbour_tokens=128)
+    assert instances["recursive"] == EmbedContext(headings=False, neighbour_tokens=64)
+    assert not instances["sentence_window"]
+    project = build_project(settings)
+    graph = project.defs.resolve_asset_graph()
+    model = graph.get(AssetKey("embeddings_sentence_window")).code_version
+    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+neighbours256"
+    assert graph.get(AssetKey("embeddings_paragraph")).code_version == model + "+context+neighbours128"
+    assert graph.get(AssetKey("embeddings_recursive")).code_version == model + "+neighbours64"
+    # and the evaluation scores the overlap-aware top k, under its own history label
+    assert graph.get(AssetKey("retrieval_eval")).metadata["mode"] == "vector,skip_covered=0.5"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"variants": {"sw": {"strategy": "sentence_window", "embed_neighbours": -1}}},
+     r"variants\.sw\.embed_neighbours\s+Input should be greater than or equal to 0"),
+    ({"embed_neighbours": {"paragraph": -5}}, r"embed_neighbours\.paragraph\s+Input should be greater than or equal"),
+    ({"search_skip_covered": 0}, r"search_skip_covered\s+Input should be greater than 0"),
+    ({"search_skip_covered": 1.5}, r"search_skip_covered\s+Input should be less than or equal to 1"),
+])
+def test_bad_context_and_skip_settings_fail_naming_the_key(values, message):
+    with pytest.raises(ValueError, match=message):
+        Settings(**values)
+
+
+def test_embed_neighbours_names_only_enabled_strategies():
+    settings = Settings(enabled_strategies=["recursive"], embed_neighbours={"paragraph": 64})
+    with pytest.raises(ValueError, match=r"not enabled or not registered: \['paragraph'\]"):
+        settings.strategy_instances()

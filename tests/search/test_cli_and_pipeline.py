@@ -45,6 +45,11 @@ def ingested(tmp_path_factory):
         eval_set = "{eval_set}"
         enabled_strategies = ["recursive", "paragraph"]
         embed_with_context = ["paragraph"]
+        [embed_neighbours]
+        paragraph = 24
+        [strategies.paragraph]
+        chunk_token_size = 16
+        chunk_overlap_token_size = 0
         [strategies.recursive]
         chunk_token_size = 30
         chunk_overlap_token_size = 5
@@ -83,6 +88,29 @@ def test_context_embedding_changes_only_what_is_embedded(ingested):
     assert all(by_strategy["recursive"])  # no context: the vector is the chunk text's
     assert not any(by_strategy["paragraph"])  # with context: keyed by the text the model read
     assert not any(by_strategy["rec_small"])  # the variant's own embed_with_context
+
+
+def test_neighbour_context_embeds_the_text_around_each_chunk(ingested):
+    _, settings = ingested
+    from resources.embedding import EmbeddingModelResource
+    from resources.store import ChunkStore
+    from search.context import EmbedContext, with_context
+
+    store = ChunkStore(settings.db_path)
+    chunks = store.load_chunks("guide.md", "paragraph")
+    assert len(chunks) > 1
+    embedder = EmbeddingModelResource(model=settings.embedding_model).get_embedder()
+    embedded = with_context(store, "guide.md", "paragraph", chunks, EmbedContext(True, 24), embedder)
+    headings_only = with_context(store, "guide.md", "paragraph", chunks, EmbedContext(True, 0), embedder)
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        stored = dict(con.execute("SELECT chunk_index, text_sha256 FROM embeddings WHERE doc_id = 'guide.md' "
+                                  "AND strategy = 'paragraph'").fetchall())
+    assert stored == {row.chunk_index: row.text_sha256 for row in embedded}  # the asset embedded these texts
+    assert all(a.text_sha256 != b.text_sha256 for a, b in zip(embedded, headings_only))
+    for chunk, row in zip(chunks, embedded):
+        assert chunk.text in row.text and len(row.text) > len(chunk.text) + len("Harbour guide")  # neighbours added
+        assert embedder.count_model_tokens(row.text) <= embedder.max_seq_length
+        assert GUIDE[chunk.char_start:chunk.char_end] == chunk.text  # the stored chunk is its own span
 
 
 def test_a_variant_is_a_strategy_of_its_own_in_the_store(ingested):
@@ -146,3 +174,13 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert sorted((l[0], int(l[1])) for l in lines) == sorted((s, k) for s in names for k in (1, 3, 5, 10))
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 12
+
+    # Overlap-aware top k: scored and recorded under its own mode label, never against plain top k.
+    assert main(["eval", "--skip-covered", "0.5", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {c["name"]: c["passed"] for c in report["checks"]} == {"recall_at_5_stable": True}
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        modes = con.execute("SELECT mode, count(*) FROM retrieval_eval GROUP BY 1 ORDER BY 1").fetchall()
+    assert modes == [("vector", 12), ("vector,skip_covered=0.5", 12)]
+    assert main(["eval", "--skip-covered", "2"]) == 2
+    assert "--skip-covered must be 0 (off) or a fraction in (0, 1]" in capsys.readouterr().err

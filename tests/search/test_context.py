@@ -2,9 +2,11 @@
 
 import hashlib
 
-from fixture_store import DOCS
+import pytest
+
+from fixture_store import DOCS, put_document
 from resources.store import StoredChunk
-from search.context import document_title, embedding_text, with_context
+from search.context import EmbedContext, context_text, document_title, embedding_text, neighbours, with_context
 
 
 def test_embedding_text_prepends_title_and_heading_path():
@@ -26,3 +28,99 @@ def test_with_context_changes_the_embedded_text_and_its_hash_not_the_stored_chun
     assert row.text_sha256 == hashlib.sha256(row.text.encode()).hexdigest() != rows[0].text_sha256
     assert (row.chunk_index, row.char_start, row.char_end) == (0, 0, 80)
     assert store.load_chunks("boats.txt", "para")[0].text == rows[0].text  # the store is untouched
+
+
+# -- neighbour context -----------------------------------------------------------------
+
+def words(text: str) -> int:
+    """A stand-in for the model's tokenizer: one word piece per whitespace-separated word."""
+    return len(text.split())
+
+
+class WordModel:
+    """count_model_tokens / max_seq_length like the embedder's, with 2 special tokens."""
+
+    def __init__(self, max_seq_length: int) -> None:
+        self.max_seq_length = max_seq_length
+
+    def count_model_tokens(self, text: str) -> int:
+        return words(text) + 2
+
+
+DOC = "one two three four five six seven. CHUNK text here. eight nine ten eleven twelve"
+SPAN = (DOC.index("CHUNK"), DOC.index("eight") - 1)  # "CHUNK text here."
+
+
+def test_neighbours_split_the_budget_in_whole_words_around_the_span():
+    before, after = neighbours(DOC, *SPAN, 6, words)
+    assert (before, after) == ("five six seven. ", " eight nine ten")
+    assert DOC[SPAN[0] - len(before):SPAN[1] + len(after)] == before + DOC[SPAN[0]:SPAN[1]] + after  # contiguous
+    assert neighbours(DOC, *SPAN, 0, words) == ("", "")
+
+
+def test_a_side_at_the_document_edge_leaves_its_share_to_the_other():
+    start, end = 0, len("one two")
+    before, after = neighbours(DOC, start, end, 4, words)
+    assert before == "" and after == " three four five six"
+    before, after = neighbours(DOC, DOC.index("eleven"), len(DOC), 4, words)
+    assert (before, after) == ("here. eight nine ten ", "")
+
+
+def test_neighbours_never_take_a_word_cut_by_the_look_back_limit():
+    doc = "x" * 500 + " tail. CHUNK"
+    before, _ = neighbours(doc, doc.index("CHUNK"), len(doc), 1, words)  # looks back 12 characters only
+    assert before == "tail. "
+    before, _ = neighbours(doc, doc.index("CHUNK"), len(doc), 2, words)
+    assert before == "tail. "  # the 500 x's are cut by the look-back: not a whole word, never taken
+
+
+def test_context_text_adds_neighbours_within_the_models_max_sequence():
+    text = DOC[SPAN[0]:SPAN[1]]
+    out = context_text(text, title="Guide", doc_text=DOC, span=SPAN, neighbour_tokens=100,
+                       count_tokens=WordModel(14).count_model_tokens, max_tokens=14)
+    # 14 - 2 specials - "Guide" - 3 chunk words leaves 8 words of neighbours, 4 before and 4 after
+    assert out == "Guide\n\nfour five six seven. CHUNK text here. eight nine ten eleven"
+    assert WordModel(14).count_model_tokens(out) == 14
+    # the neighbour budget caps below the model's limit, and a chunk that fills the model gets none
+    assert context_text(text, doc_text=DOC, span=SPAN, neighbour_tokens=2, count_tokens=WordModel(99).count_model_tokens,
+                        max_tokens=99) == "seven. CHUNK text here. eight"
+    assert context_text(text, doc_text=DOC, span=SPAN, neighbour_tokens=50, count_tokens=WordModel(5).count_model_tokens,
+                        max_tokens=5) == text
+    with pytest.raises(ValueError, match="count_tokens and max_tokens"):
+        context_text(text, doc_text=DOC, span=SPAN, neighbour_tokens=5)
+
+
+def test_embed_context_switches_and_code_versions():
+    assert not EmbedContext() and EmbedContext(headings=True) and EmbedContext(neighbour_tokens=8)
+    assert EmbedContext.of(True) == EmbedContext(headings=True) and EmbedContext.of(False) == EmbedContext()
+    assert EmbedContext(True, 0).code_version_suffix() == "+context"  # as before the option existed
+    assert EmbedContext(True, 256).code_version_suffix() == "+context+neighbours256"
+    assert EmbedContext(False, 64).code_version_suffix() == "+neighbours64" and EmbedContext().code_version_suffix() == ""
+    with pytest.raises(ValueError, match="neighbour_tokens must be >= 0"):
+        EmbedContext(neighbour_tokens=-1)
+
+
+def test_with_neighbours_the_embedded_text_holds_the_neighbours_the_stored_chunk_does_not(store):
+    first, second = store.load_chunks("boats.txt", "sent")[:2]
+    [row] = with_context(store, "boats.txt", "sent", [second], EmbedContext(neighbour_tokens=6), WordModel(256))
+    assert row.text == "boats before dark. Fishermen mend their nets on the quay.\n\nWind turns every"
+    assert first.text.endswith("boats before dark.")  # the end of the sentence before, and the start of the one after
+    assert row.text_sha256 == hashlib.sha256(row.text.encode()).hexdigest() != second.text_sha256
+    assert (row.chunk_index, row.char_start, row.char_end) == (second.chunk_index, second.char_start, second.char_end)
+    assert store.load_chunks("boats.txt", "sent")[1] == second  # the store is untouched
+    [both] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, 6), WordModel(256))
+    assert both.text == "boats\n\n" + row.text
+    with pytest.raises(ValueError, match="needs the embedder"):
+        with_context(store, "boats.txt", "sent", [second], EmbedContext(neighbour_tokens=6))
+
+
+def test_a_changed_neighbour_changes_the_cache_key_an_unchanged_one_does_not(store):
+    def key(text: str) -> str:
+        put_document(store, "boats.txt", text)
+        chunk = next(c for c in store.load_chunks("boats.txt", "sent") if c.text == "Fishermen mend their nets on the quay.")
+        [row] = with_context(store, "boats.txt", "sent", [chunk], EmbedContext(neighbour_tokens=6), WordModel(256))
+        return row.text_sha256
+
+    original = key(DOCS["boats.txt"])
+    assert key(DOCS["boats.txt"].replace("before dark", "after dark")) != original  # the sentence before changed
+    assert key(DOCS["boats.txt"].replace("The ferry leaves at noon.", "The ferry is late.")) == original  # far away

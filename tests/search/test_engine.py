@@ -1,5 +1,7 @@
 """Vector, keyword and hybrid search over a real DuckDB store; index upkeep on add/change/delete."""
 
+import re
+
 import pytest
 
 from search.engine import (
@@ -9,6 +11,7 @@ from search.engine import (
     ground,
     grounding_verdict,
     keyword_text,
+    not_covered,
     reciprocal_rank_fusion,
 )
 from fixture_store import DOCS, MODEL_ID, bag_of_words, put_document
@@ -168,3 +171,98 @@ def test_grounding_verdict_and_claims(index):
     unsupported = ground(index, "Quantum chromodynamics of gluons", threshold=0.7, strategy="sent")
     assert [g.grounded for g in unsupported] == [False]
     assert unsupported[0].to_json()["verdict"] == "unsupported"
+
+
+# -- overlap-aware top k ----------------------------------------------------------------
+
+def test_not_covered_skips_hits_inside_better_ones_and_keeps_distinct_ones():
+    ranked = [("a", 0, 100), ("a", 50, 150), ("a", 10, 60), ("b", 0, 100), ("a", 100, 200), ("a", 200, 200)]
+    # ("a", 50, 150) is half inside the first: skipped at 0.5, kept at 0.6; ("a", 10, 60) is wholly inside;
+    # another document's span is never covered; ("a", 100, 200) touches the first only at its edge.
+    assert not_covered(ranked, 0.5) == [0, 3, 4, 5]
+    assert not_covered(ranked, 0.6) == [0, 1, 3, 4, 5]
+    assert not_covered(ranked, 1.0) == [0, 1, 3, 4, 5]  # only hits wholly inside kept ones go
+    # covered by the union of two kept hits, though by neither alone
+    assert not_covered([("a", 0, 60), ("a", 50, 110), ("a", 30, 90)], 0.9) == [0, 1]
+    assert not_covered([], 0.5) == []
+
+
+def put_windows(store, doc_id: str, text: str, width: int, step: int) -> None:
+    """Overlapping word windows of ``text`` as strategy "win" (each ``width`` words, every ``step``)."""
+    from chunking.model import Chunk
+
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    chunks = [Chunk(text=text[words[i][0]:words[min(i + width, len(words)) - 1][1]], char_start=words[i][0],
+                    char_end=words[min(i + width, len(words)) - 1][1], token_count=width)
+              for i in range(0, len(words), step)]
+    sha = store.load_parsed(doc_id).sha256
+    store.replace_chunks(doc_id, "win", chunks, config_hash="test", doc_sha256=sha)
+    vectors = bag_of_words([c.text for c in chunks])
+    store.replace_embeddings(doc_id, "win", MODEL_ID, [(i, c.text_sha256, v) for i, (c, v) in enumerate(zip(chunks, vectors))], {})
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_search_with_skip_covered_returns_k_distinct_regions(store, mode):
+    text = "boats harbour boats harbour boats harbour quay nets wind ferry noon island bread flour"
+    put_document(store, "dense.txt", text)
+    put_windows(store, "dense.txt", text, width=4, step=1)  # every window overlaps the next by 3 words
+    idx = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    try:
+        plain = idx.search("boats harbour", mode=mode, k=3, strategy="win", doc_ids=["dense.txt"])
+        distinct = idx.search("boats harbour", mode=mode, k=3, strategy="win", doc_ids=["dense.txt"], skip_covered=0.5)
+    finally:
+        idx.close()
+    assert len(plain) == len(distinct) == 3
+    assert distinct[0].chunk_index == plain[0].chunk_index  # the best hit is never skipped
+    assert [h.rank for h in distinct] == [1, 2, 3]
+    for i, hit in enumerate(distinct):
+        for better in distinct[:i]:
+            shared = max(0, min(hit.char_end, better.char_end) - max(hit.char_start, better.char_start))
+            assert shared < 0.5 * (hit.char_end - hit.char_start)
+    def covered(hits):
+        return len(set().union(*(range(h.char_start, h.char_end) for h in hits)))
+    assert covered(distinct) > covered(plain)  # the plain top 3 are mostly the same words
+
+
+def test_skip_covered_must_be_a_fraction(index):
+    for bad in (0, -0.1, 1.5):
+        with pytest.raises(SearchError, match="skip_covered must be in"):
+            index.search("boats", mode="keyword", skip_covered=bad)
+
+
+def test_weighted_fusion_moves_the_ranking_toward_the_heavier_list():
+    vector, keyword = [(1, 0.9), (2, 0.8), (3, 0.7)], [(3, 9.0), (2, 8.0), (1, 7.0)]
+    assert reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 1.0)) == reciprocal_rank_fusion([vector, keyword], 3)
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 2.0))] == [3, 2, 1]
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 0.5))] == [1, 2, 3]
+    assert [i for i, _ in reciprocal_rank_fusion([vector, keyword], 3, weights=(1.0, 0.0))] == [1, 2, 3]
+
+
+def test_hybrid_keyword_weight_zero_ranks_as_vector_search(index):
+    vector = [(h.doc_id, h.chunk_index) for h in index.search("ferry island wind", mode="vector", k=3, strategy="sent")]
+    hybrid = index.search("ferry island wind", mode="hybrid", k=3, strategy="sent", keyword_weight=0.0)
+    assert [(h.doc_id, h.chunk_index) for h in hybrid] == vector
+    with pytest.raises(SearchError, match="keyword_weight must be >= 0"):
+        index.search("ferry", mode="hybrid", keyword_weight=-1)
+
+
+def test_skip_covered_never_changes_the_fused_order_of_what_it_keeps(store, monkeypatch):
+    text = " ".join(f"w{i} boats harbour" if i % 7 == 0 else f"w{i}" for i in range(400))
+    put_document(store, "long.txt", text)
+    put_windows(store, "long.txt", text, width=6, step=6)  # disjoint windows: nothing is ever covered
+    idx = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    depths = []  # how deep each ranking fed to the fusion went
+    for name in ("_vector", "_keyword"):
+        real = getattr(idx, name)
+        monkeypatch.setattr(idx, name, lambda table, q, k, d, f, real=real: depths.append(k) or real(table, q, k, d, f))
+    try:
+        for k in (1, 5, 10, 20):
+            depths.clear()
+            plain = idx.search("boats harbour w14", mode="hybrid", k=k, strategy="win")
+            plain_depths = list(depths)
+            depths.clear()
+            distinct = idx.search("boats harbour w14", mode="hybrid", k=k, strategy="win", skip_covered=0.5)
+            assert depths == plain_depths  # looking deeper for distinct hits does not deepen the fusion
+            assert [(h.chunk_index, h.score) for h in distinct] == [(h.chunk_index, h.score) for h in plain]
+    finally:
+        idx.close()
