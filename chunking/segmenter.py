@@ -221,24 +221,13 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     # ``closed``: past the closing quotes / brackets after an ending run (_TAIL's first
     # group; step by step: such runs are short).
     closed = after.copy()
-    stepping = np.flatnonzero(~is_blank & closer_follows)
-    for _ in range(_MAX_CLOSER_STEPS):
-        positions = closed[stepping]
-        stepping = stepping[(positions < size) & tables.is_closer[codes[np.minimum(positions, last)]]]
-        if not len(stepping):
-            break
-        closed[stepping] += 1
+    stepping = _step_over(closed, np.flatnonzero(~is_blank & closer_follows), codes, tables.is_closer,
+                          _MAX_CLOSER_STEPS)
     unknown[stepping] = True  # still in closers: left to _evaluate
 
     # ``end``: past the whitespace after those (_TAIL's second group).
     end = closed.copy()
-    stepping = np.flatnonzero(~skip & ~unknown)
-    for _ in range(_MAX_WHITESPACE_STEPS):
-        positions = end[stepping]
-        stepping = stepping[(positions < size) & tables.is_space[codes[np.minimum(positions, last)]]]
-        if not len(stepping):
-            break
-        end[stepping] += 1
+    stepping = _step_over(end, np.flatnonzero(~skip & ~unknown), codes, tables.is_space, _MAX_WHITESPACE_STEPS)
     unknown[stepping] = True  # still in whitespace: left to _evaluate
 
     # _ends_sentence_here's rules, in its order, for the candidates not settled yet.
@@ -311,6 +300,23 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
     return (np.concatenate(([0], cuts, [size])) + offset).tolist()
+
+
+def _step_over(positions, stepping, codes, is_class, max_steps: int):
+    """Advance ``positions[stepping]`` in place past characters of one class (``is_class``,
+    a table over code points), at most ``max_steps`` each; returns the indices still inside
+    such a run after that many steps (the caller leaves them to the per-candidate rules).
+    Step by step, not a search: the runs stepped over here are short."""
+    import numpy as np
+
+    size, last = len(codes), len(codes) - 1
+    for _ in range(max_steps):
+        at = positions[stepping]
+        stepping = stepping[(at < size) & is_class[codes[np.minimum(at, last)]]]
+        if not len(stepping):
+            break
+        positions[stepping] += 1
+    return stepping
 
 
 def _word_keys(lowered, in_word):
