@@ -68,11 +68,13 @@ _CJK_ENDINGS = "".join(CJK_SENTENCE_ENDINGS)
 # every position (a third faster); ASCII text gets a class without the others.
 _CANDIDATE = re.compile("[.!?…" + _CJK_ENDINGS + "][.!?…" + _CJK_ENDINGS + "]*|\n[^\\S\n]*\n")
 _ASCII_CANDIDATE = re.compile("[.!?][.!?]*|\n[^\\S\n]*\n")
-# One character that ends_with_sentence_ending accepts as the last.
-_ENDING_CHARACTER = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "]")
 # An ending character, its closers, then whitespace or the end: where a sentence's text can end
-# in ASCII text (see sentence_end_possible).
+# unless a CJK ending cut it (see sentence_end_possible).
 _SPACED_ENDING = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") + "][" + re.escape(_CLOSERS) + "]*(?=\\s|\\Z)")
+# A CJK ending: the only ending the segmenter cuts after without whitespace (see sentence_end_possible).
+_CJK_ENDING_CHARACTER = re.compile("[" + re.escape(_CJK_ENDINGS) + "]")
+# The characters of a candidate ending run (_CANDIDATE's first class).
+_ENDING_RUN_CHARACTERS = frozenset(".!?…" + _CJK_ENDINGS)
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
@@ -460,22 +462,31 @@ def sentence_end_possible(text: str, lo: int, hi: int) -> bool:
 
     ``False`` is certain. Such a ``k`` follows an ending character at some ``p < k``
     and only closers between, so ``p`` lies before ``hi`` and no earlier than the
-    closers just before ``lo``. In ASCII text, moreover, ``text[k]`` is whitespace
-    or ``k == len(text)``: a span's non-whitespace ends where the segmenter cut or
-    where the text ends, and it cuts past an ASCII ending only after whitespace (a
-    blank line is whitespace too). Only a CJK ending cuts with no whitespace after
-    it, so text that is not ASCII is tested for an ending character alone.
-    ``True`` only means possible. A cheap test (one regex search) that lets a
-    caller skip segmenting a window.
+    closers just before ``lo``. Either ``text[k]`` is whitespace or ``k ==
+    len(text)`` (an ending, its closers, then whitespace or the end: one
+    ``_SPACED_ENDING`` match), or the segmenter cut at ``k`` with no whitespace
+    before the next character: a blank line is whitespace, and ``_ends_sentence_here``
+    cuts without whitespace only after an ending run holding a CJK ending. That
+    run ends at ``p`` and starts at or after the start of the run of ending
+    characters through ``first - 1`` (the run through ``p`` reaches back to it
+    when ``p`` is before ``lo``), so a CJK ending lies in [that start, ``hi``).
+    ASCII text has no CJK ending: the first test alone decides.
+    ``True`` only means possible. A cheap test (one or two regex searches) that
+    lets a caller skip segmenting a window.
     """
     first = lo
     while first > 0 and text[first - 1] in _CLOSERS:
         first -= 1
-    if not text.isascii():
-        return _ENDING_CHARACTER.search(text, max(first - 1, 0), hi) is not None
     # Matches start at an ending character, so none ends before lo; the first ends earliest.
     match = _SPACED_ENDING.search(text, max(first - 1, 0), hi + 1)
-    return match is not None and match.end() <= hi
+    if match is not None and match.end() <= hi:
+        return True
+    if text.isascii():
+        return False
+    run_start = max(first - 1, 0)
+    while run_start > 0 and text[run_start - 1] in _ENDING_RUN_CHARACTERS:
+        run_start -= 1
+    return _CJK_ENDING_CHARACTER.search(text, run_start, hi) is not None
 
 
 def ends_with_sentence_ending(text: str) -> bool:

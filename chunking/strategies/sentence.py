@@ -161,13 +161,19 @@ class Unit(NamedTuple):
     piece: bool = False  # a piece of an oversized span (reference mode emits each alone)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Draft:
+    """A chunk in the making: its units, then (set by ``_Splitter.assemble``) its text and
+    where that text starts and its units end in the source (``text_start``/``text_end``
+    of the units at the last assemble; read only after it)."""
+
     units: list[Unit]
     home: int  # index of the owning page
     overlap: str = ""
     overlap_end: int = 0
     text: str = field(default="", init=False)
+    start: int = field(default=0, init=False)
+    end: int = field(default=0, init=False)
 
     @property
     def figure(self) -> bool:
@@ -512,6 +518,8 @@ class _Splitter:
             draft.text = ""
         else:
             draft.text = text if self.is_figure(draft) else self.normalize(text)
+        if draft.text:
+            draft.start, draft.end = self.text_start(draft), self.text_end(draft)
         return draft.text
 
     def normalize(self, text: str) -> str:
@@ -560,7 +568,7 @@ class _Splitter:
             for current, following, prefix in candidates:
                 self.append_reference_overlap(current, following, prefix)
             return
-        prefix_counts = self.count_many_at([p for _, _, p in candidates], [self.text_start(f) for _, f, _ in candidates])
+        prefix_counts = self.count_many_at([p for _, _, p in candidates], [f.start for _, f, _ in candidates])
         shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
         for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
             joiner = self.overlap_joiner(current, following, prefix)
@@ -580,7 +588,7 @@ class _Splitter:
         # The shorter prefixes of every shrinking pair, counted in one batch (about 10 per pair;
         # each was counted alone before, once the longer one had not fitted).
         texts = [p for *_, shorter in shrinking for p in shorter]
-        starts = [self.text_start(following) for _, following, *_, shorter in shrinking for _ in shorter]
+        starts = [following.start for _, following, *_, shorter in shrinking for _ in shorter]
         counts = iter(self.count_many_at(texts, starts))
         for current, following, joiner, room_tokens, shorter in shrinking:
             fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
@@ -694,29 +702,28 @@ class _Splitter:
         if current.units[-1].end <= following.units[0].start:
             # The trailing whitespace of the last unit, the source between, the leading
             # whitespace of the next chunk's first unit: one contiguous slice.
-            gap = self.text[self.text_end(current) : self.text_start(following)]
+            gap = self.text[current.end : following.start]
             if gap and gap.isspace():
                 return gap
         return " " if current.text[-1:].isalnum() and prefix[:1].isalnum() else ""
 
     def source_end_of_prefix(self, draft: _Draft, prefix: str) -> int:
-        """End of the source region the overlap prefix was copied from."""
-        first = draft.units[0]
-        lead = len(self.text[first.start : first.end]) - len(self.text[first.start : first.end].lstrip())
-        return min(first.start + lead + len(prefix), draft.units[-1].end)
+        """End of the source region the overlap prefix was copied from: ``len(prefix)`` past
+        where the draft's text starts (its first unit less leading whitespace), within its units."""
+        return min(draft.start + len(prefix), draft.units[-1].end)
 
     # -- output ----------------------------------------------------------------------
 
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
         chunks: list[Chunk] = []
         texts = [draft.text + draft.overlap for draft in drafts]
-        counts = self.count_many_at(texts, [self.text_start(draft) for draft in drafts])
+        counts = self.count_many_at(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
         for draft, text, tokens in zip(drafts, texts, counts):
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
-                text, tokens = draft.text, self.count_at(draft.text, self.text_start(draft))
+                text, tokens = draft.text, self.count_at(draft.text, draft.start)
             if tokens > self.cap and not self.is_figure(draft):
                 chunks.extend(self.resplit(doc, draft))
                 continue
@@ -735,7 +742,7 @@ class _Splitter:
                 if self.assemble(piece):
                     pieces.append(piece)
         # Every piece's text is verbatim source: counted in one batch from the document's encoding.
-        counts = self.count_many_at([p.text for p in pieces], [self.text_start(p) for p in pieces])
+        counts = self.count_many_at([p.text for p in pieces], [p.start for p in pieces])
         return [self.make_chunk(doc, piece, piece.text, n) for piece, n in zip(pieces, counts)]
 
     def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
@@ -772,7 +779,7 @@ class _Splitter:
     def make_chunk(
         self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
     ) -> Chunk:
-        start, end = self.text_start(draft), self.text_end(draft)
+        start, end = draft.start, draft.end
         if draft.overlap:
             end = max(end, draft.overlap_end)
         start, end = min(start, end), max(start, end)

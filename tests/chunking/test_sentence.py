@@ -294,6 +294,10 @@ def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatc
     # ASCII text gets the stricter test (an ending, its closers, then whitespace or the end).
     ascii_pieces = [p for p in _OVERLAP_PIECES if p.isascii()] + [".)", ".\" ", "?) ", "!\n", "\t"]
     texts += ["".join(rng.choice(ascii_pieces) for _ in range(rng.randint(5, 80))).strip() for _ in range(3000)]
+    # Non-ASCII text: an ending, closers, whitespace as in ASCII; or a run holding a CJK ending,
+    # cut with no whitespace after it ("。.", ".。」x"), which the test must not rule out.
+    mixed_pieces = ascii_pieces + ["é", "“", "¶ ", "。", ".。", "。.", "…", "」", "。」", "？", "x"]
+    texts += ["".join(rng.choice(mixed_pieces) for _ in range(rng.randint(5, 80))).strip() for _ in range(3000)]
     corpus = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "html" / "library_stdtypes.html"
     doc = ParsedDocument.from_text(re.sub(r"<[^>]+>", " ", corpus.read_text(encoding="utf-8")))
     texts += [c.text for c in chunk_sentence(doc, SentenceConfig(semantic_overlap_percent=0), TiktokenTokenizer())]
