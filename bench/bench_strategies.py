@@ -366,8 +366,10 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
         seconds.append(max(elapsed - segmenting, 0.0))
 
         def windows():
-            grouped = sentence_window._merge_small(sentence_window._group(units, window_config), units, window_config)
-            trimmed = (sentence_window._trim(copy, units[a][0], units[b - 1][1]) for a, b in grouped)
+            grouped = sentence_window._merge_small(
+                sentence_window._group(units.sizes, window_config), units.sizes, window_config
+            )
+            trimmed = (sentence_window._trim(copy, units.starts[a], units.ends[b - 1]) for a, b in grouped)
             return [span for span in trimmed if span[1] > span[0]]
 
         elapsed, spans = _cpu(windows)

@@ -44,7 +44,7 @@ Where we differ from the seeds, on purpose:
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -165,9 +165,9 @@ def window_spans(
     """
     measure = _measuring_tokenizer(config, tokenizer)
     units = _units(text, config, measure, count or span_counter(measure, text))
-    windows = _group(units, config)
-    windows = _merge_small(windows, units, config)
-    return [span for span in (_trim(text, units[a][0], units[b - 1][1]) for a, b in windows) if span[1] > span[0]]
+    windows = _merge_small(_group(units.sizes, config), units.sizes, config)
+    starts, ends = units.starts, units.ends
+    return [span for span in (_trim(text, starts[a], ends[b - 1]) for a, b in windows) if span[1] > span[0]]
 
 
 def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> Tokenizer:
@@ -176,10 +176,19 @@ def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> 
     return EstimateTokenizer() if config.estimate else tokenizer
 
 
-def _units(
-    text: str, config: SentenceWindowConfig, measure: Tokenizer, count: SpanCount
-) -> list[tuple[int, int, int]]:
-    """Sentences as ``(start, end, size)``, oversized ones split unless allowed."""
+class _Units(NamedTuple):
+    """The sentences of a document (oversized ones split unless allowed), as three parallel
+    lists: unit ``i`` is ``text[starts[i]:ends[i]]`` of size ``sizes[i]``. Lists of ints
+    rather than a tuple per sentence: a document has thousands, and every tuple brings
+    the next cyclic garbage collection nearer (ints are not tracked)."""
+
+    starts: list[int]
+    ends: list[int]
+    sizes: list[int]
+
+
+def _units(text: str, config: SentenceWindowConfig, measure: Tokenizer, count: SpanCount) -> _Units:
+    """Sentences with their sizes, oversized ones split unless allowed."""
     max_size, split_oversize = config.max_size, not config.allow_oversize_sentences
     # A huge sentence whose prefix is already over the max needs no full count
     # when it is going to be split anyway (the 2 MB one-line file); the others
@@ -187,7 +196,7 @@ def _units(
     huge = 32 * max_size if split_oversize else len(text)
     bounds = sentence_bounds(text)
     if not bounds:
-        return []
+        return _Units([], [], [])
     starts, ends = bounds[:-1], bounds[1:]
     if max(map(int.__sub__, ends, starts)) <= huge:
         sizes = count_spans(count, starts, ends)  # the common case: every sentence counted in one batch
@@ -200,16 +209,15 @@ def _units(
         for i, (start, end) in enumerate(zip(starts, ends)):
             if end - start > huge and count(start, start + 16 * max_size) <= max_size:
                 sizes[i] = count(start, end)
-    units: list[tuple[int, int, int]] = list(zip(starts, ends, sizes))
-    if not split_oversize:
-        return units
-    oversized = [i for i, size in enumerate(sizes) if size > max_size]
+    oversized = [i for i, size in enumerate(sizes) if size > max_size] if split_oversize else []
     for i in reversed(oversized):  # from the end, so the indexes before stay valid
         start, end = starts[i], ends[i]
         sentence = text[start:end]
         pieces = split_recursive(sentence, _SliceTokenizer(measure, sentence, count, start), max_size, 0, CJK_SEPARATORS)
-        units[i : i + 1] = [(start + p.start, start + p.end, p.tokens) for p in pieces]
-    return units
+        starts[i : i + 1] = [start + p.start for p in pieces]
+        ends[i : i + 1] = [start + p.end for p in pieces]
+        sizes[i : i + 1] = [p.tokens for p in pieces]
+    return _Units(starts, ends, sizes)
 
 
 class _SliceTokenizer:
@@ -249,42 +257,41 @@ class _OffsetCount:
         return count_spans(self.document_count, [s + offset for s in starts], [e + offset for e in ends])
 
 
-def _group(units: list[tuple[int, int, int]], config: SentenceWindowConfig) -> list[tuple[int, int]]:
-    """Windows ``[a, b)`` of unit indices: greedy fill, then whole-sentence overlap."""
+def _group(sizes: list[int], config: SentenceWindowConfig) -> list[tuple[int, int]]:
+    """Windows ``[a, b)`` of unit indices (``sizes``: of each unit): greedy fill, then whole-sentence overlap."""
     windows: list[tuple[int, int]] = []
     a, size = 0, 0
-    for i, (_, _, n) in enumerate(units):
-        if i > a and size + n > config.chunk_size:
+    chunk_size = config.chunk_size
+    for i, n in enumerate(sizes):
+        if i > a and size + n > chunk_size:
             windows.append((a, i))
-            a, size = _overlap_start(units, a, i, size, n, config)
+            a, size = _overlap_start(sizes, a, i, size, n, config)
         size += n
-    if a < len(units):
-        windows.append((a, len(units)))
+    if a < len(sizes):
+        windows.append((a, len(sizes)))
     return windows
 
 
 def _overlap_start(
-    units: list[tuple[int, int, int]], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig
+    sizes: list[int], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig
 ) -> tuple[int, int]:
     """Start of the next window: trailing sentences of [a, b) within the overlap budget."""
     budget = config.overlap if config.overlap is not None else int(size * (config.overlap_ratio or 0))
     start, carried = b, 0
     # Never the whole window (every chunk must add text) and always room for the next sentence.
-    while start - 1 > a and carried + units[start - 1][2] <= budget and carried + units[start - 1][2] + next_size <= config.chunk_size:
+    while start - 1 > a and carried + sizes[start - 1] <= budget and carried + sizes[start - 1] + next_size <= config.chunk_size:
         start -= 1
-        carried += units[start][2]
+        carried += sizes[start]
     return start, carried
 
 
-def _merge_small(
-    windows: list[tuple[int, int]], units: list[tuple[int, int, int]], config: SentenceWindowConfig
-) -> list[tuple[int, int]]:
+def _merge_small(windows: list[tuple[int, int]], sizes: list[int], config: SentenceWindowConfig) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for a, b in windows:
-        size = sum(u[2] for u in units[a:b])
+        size = sum(sizes[a:b])
         if out and size < config.min_size:
             pa, _ = out[-1]
-            if sum(u[2] for u in units[pa:b]) <= config.max_size:
+            if sum(sizes[pa:b]) <= config.max_size:
                 out[-1] = (pa, b)
                 continue
         out.append((a, b))
