@@ -85,10 +85,10 @@ overlap of a boundary-less run is taken once (the reference compounds it).
 from __future__ import annotations
 
 import bisect
+import operator
 import re
-from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -161,27 +161,109 @@ class Unit(NamedTuple):
     piece: bool = False  # a piece of an oversized span (reference mode emits each alone)
 
 
-@dataclass(slots=True)
-class _Draft:
-    """A chunk in the making: its units, then (set by ``_Splitter.assemble``) its text and
-    where that text starts and its units end in the source (``text_start``/``text_end``
-    of the units at the last assemble; read only after it)."""
+class _Units:
+    """Units in order (a page's, or a run carried across a page break) as parallel lists:
+    unit ``i`` is ``Unit(starts[i], ends[i], pages[i], tokens[i], figures[i], pieces[i])``.
 
-    units: list[Unit]
-    home: int  # index of the owning page
-    overlap: str = ""
-    overlap_end: int = 0
-    text: str = field(default="", init=False)
-    start: int = field(default=0, init=False)
-    end: int = field(default=0, init=False)
+    Lists of ints and bools rather than a ``Unit`` per sentence: a document has
+    thousands, and every tuple brings the next cyclic garbage collection nearer (a
+    full one costs more than a tenth of an encode here; ints are not tracked). The
+    packing reads the lists; a ``Unit`` is made only where one is asked for
+    (``_Draft.units``: page-break repair, a re-split, tests).
+    """
+
+    __slots__ = ("starts", "ends", "pages", "tokens", "figures", "pieces", "_cumulative", "_breaks")
+
+    def __init__(self, starts: list[int], ends: list[int], pages: list[int], tokens: list[int],
+                 figures: list[bool], pieces: list[bool]) -> None:
+        self.starts, self.ends, self.pages, self.tokens = starts, ends, pages, tokens
+        self.figures, self.pieces = figures, pieces
+        self._cumulative: list[int] | None = None  # tokens of units [0, i), built on first use
+        self._breaks: list[int] | None = None  # joins that are not contiguous among units [0, i]
+
+    @classmethod
+    def of(cls, units: list[Unit]) -> "_Units":
+        return cls(*(list(field) for field in zip(*units))) if units else cls([], [], [], [], [], [])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> Unit:
+        return Unit(self.starts[i], self.ends[i], self.pages[i], self.tokens[i], self.figures[i], self.pieces[i])
+
+    def __iter__(self):
+        return map(tuple.__new__, repeat(Unit), zip(self.starts, self.ends, self.pages, self.tokens, self.figures, self.pieces))
+
+    def tokens_of(self, lo: int, hi: int) -> int:
+        """``sum(tokens[lo:hi])``, from cumulative sums."""
+        if self._cumulative is None:
+            self._cumulative = list(accumulate(self.tokens, initial=0))
+        return self._cumulative[hi] - self._cumulative[lo]
+
+    def contiguous(self, lo: int, hi: int) -> bool:
+        """Whether each unit of [lo, hi) starts where the one before ends, on the same page."""
+        if self._breaks is None:
+            starts, ends, pages = self.starts, self.ends, self.pages
+            gaps = map(operator.ne, starts[1:], ends[:-1])
+            if len(set(pages)) > 1:
+                gaps = map(operator.or_, gaps, map(operator.ne, pages[1:], pages[:-1]))
+            self._breaks = list(accumulate(gaps, initial=0))
+        return hi - lo <= 1 or self._breaks[hi - 1] == self._breaks[lo]
+
+
+class _Draft:
+    """A chunk in the making: units ``[lo, hi)`` of a ``_Units`` (or, once a page-break
+    repair or a re-split has set them, a list of ``Unit``); then, set by
+    ``_Splitter.assemble``, its text and where that text starts and its units end in
+    the source (``text_start``/``text_end`` at the last assemble; read only after it)."""
+
+    __slots__ = ("store", "lo", "hi", "_units", "home", "overlap", "overlap_end", "text", "start", "end")
+
+    def __init__(self, units: list[Unit] | None, home: int, store: _Units | None = None, lo: int = 0, hi: int = 0):
+        self._units = units  # None: units [lo, hi) of store
+        self.store, self.lo, self.hi = store, lo, hi
+        self.home = home  # index of the owning page
+        self.overlap, self.overlap_end = "", 0
+        self.text, self.start, self.end = "", 0, 0
+
+    @property
+    def units(self) -> list[Unit]:
+        if self._units is None:
+            self._units = [self.store[i] for i in range(self.lo, self.hi)]
+        return self._units
+
+    @units.setter
+    def units(self, units: list[Unit]) -> None:
+        self._units = units
+
+    @property
+    def first_span(self) -> tuple[int, int]:
+        if self._units is None:
+            return self.store.starts[self.lo], self.store.ends[self.lo]
+        return self._units[0].start, self._units[0].end
+
+    @property
+    def last_span(self) -> tuple[int, int]:
+        if self._units is None:
+            return self.store.starts[self.hi - 1], self.store.ends[self.hi - 1]
+        return self._units[-1].start, self._units[-1].end
 
     @property
     def figure(self) -> bool:
-        return any(u.figure for u in self.units)
+        if self._units is None:
+            return any(self.store.figures[self.lo : self.hi])
+        return any(u.figure for u in self._units)
 
     @property
     def tokens(self) -> int:
-        return sum(u.tokens for u in self.units)
+        if self._units is None:
+            return self.store.tokens_of(self.lo, self.hi)
+        return sum(u.tokens for u in self._units)
+
+    def pages(self) -> set[int]:
+        if self._units is None:
+            return set(self.store.pages[self.lo : self.hi])
+        return {u.page for u in self._units}
 
 
 def chunk_sentence(
@@ -271,7 +353,7 @@ class _Splitter:
 
     # -- units -----------------------------------------------------------------------
 
-    def page_units(self, page: int, start: int, end: int) -> list[Unit]:
+    def page_units(self, page: int, start: int, end: int) -> _Units:
         """Figures and sentence spans of one page, oversized spans already split."""
         bounds: list[int] = []  # of the spans, as sentence_bounds gives them, figures included
         figures: list[int] = []  # indexes of the figure spans
@@ -284,21 +366,23 @@ class _Splitter:
             self.any_figure = True
         bounds = _extend_bounds(bounds, self.sentence_bounds(at, end))
         if not bounds:
-            return []
+            return _Units([], [], [], [], [], [])
         starts, ends = bounds[:-1], bounds[1:]
         counts = count_spans(self.count_span, starts, ends)
         is_figure = [False] * len(starts)
         for i in figures:
             is_figure[i] = True
-        # One Unit per span, made in C (tuple.__new__ over the zipped fields) rather than
-        # by a Python call each: a document has one per sentence (11,000 in the bench).
-        units: list[Unit] = list(
-            map(tuple.__new__, repeat(Unit), zip(starts, ends, repeat(page), counts, is_figure, repeat(False)))
-        )
+        units = _Units(starts, ends, [page] * len(starts), counts, is_figure, [False] * len(starts))
         cap = self.cap
         oversized = [i for i, n in enumerate(counts) if n > cap and not is_figure[i]]
         for i in reversed(oversized):  # from the end, so the indexes before stay valid
-            units[i : i + 1] = [Unit(ps, pe, page, pn, piece=True) for ps, pe, pn in self.split_oversized(starts[i], ends[i])]
+            pieces = self.split_oversized(starts[i], ends[i])
+            units.starts[i : i + 1] = [ps for ps, _, _ in pieces]
+            units.ends[i : i + 1] = [pe for _, pe, _ in pieces]
+            units.tokens[i : i + 1] = [pn for _, _, pn in pieces]
+            units.pages[i : i + 1] = [page] * len(pieces)
+            units.figures[i : i + 1] = [False] * len(pieces)  # a figure is never split
+            units.pieces[i : i + 1] = [True] * len(pieces)
         return units
 
     def sentence_bounds(self, start: int, end: int) -> list[int]:
@@ -386,43 +470,53 @@ class _Splitter:
 
     # -- accumulation ----------------------------------------------------------------
 
-    def page_drafts(self, units: list[Unit]) -> list[_Draft]:
-        return [_Draft(group, units[0].page) for group in self.pack(units)] if units else []
+    def page_drafts(self, units: _Units) -> list[_Draft]:
+        if not len(units):
+            return []
+        home = units.pages[0]
+        return [_Draft(None, home, units, lo, hi) for lo, hi in self.pack(units)]
 
-    def pack(self, units: list[Unit]) -> list[list[Unit]]:
-        """Greedy packing under the cap and the soft budget; a figure closes its group."""
-        groups: list[list[Unit]] = []
-        acc: list[Unit] = []
-        chars = tokens = 0
+    def pack(self, units: _Units) -> list[tuple[int, int]]:
+        """Greedy packing under the cap and the soft budget; a figure closes its group.
+
+        Groups are index ranges ``[lo, hi)`` of ``units``, in order; the units between
+        two groups (whitespace before a figure, nothing else) belong to none.
+        """
+        groups: list[tuple[int, int]] = []
+        lo = chars = tokens = 0  # the accumulated group is [lo, i)
+        previous_end = 0
         reference = self.config.reference_mode
-        for unit in units:
-            if unit.figure:
+        max_chars, cap, text = self.config.max_section_length, self.cap, self.text
+        starts, ends = units.starts, units.ends
+        rows = zip(starts, ends, units.tokens, units.figures, units.pieces)
+        for i, (start, end, count, figure, piece) in enumerate(rows):
+            if figure:
                 # Attach to the text before it, if there is any text (the reference: any accumulated span).
-                has_text = bool(acc) if reference else any(self.text[u.start : u.end].strip() for u in acc)
-                groups.append([*acc, unit] if has_text else [unit])
-                acc, chars, tokens = [], 0, 0
+                has_text = i > lo if reference else any(text[starts[k] : ends[k]].strip() for k in range(lo, i))
+                groups.append((lo, i + 1) if has_text else (i, i + 1))
+                lo, chars, tokens = i + 1, 0, 0
                 continue
-            if reference and unit.piece:
+            if reference and piece:
                 # The reference emits each piece of an oversized span as a chunk of its own.
-                if acc:
-                    groups.append(acc)
-                groups.append([unit])
-                acc, chars, tokens = [], 0, 0
+                if i > lo:
+                    groups.append((lo, i))
+                groups.append((i, i + 1))
+                lo, chars, tokens = i + 1, 0, 0
                 continue
-            size = unit.end - unit.start
-            overlapping = bool(acc) and unit.start < acc[-1].end  # midpoint-overlap pieces never share
+            size = end - start
             # Sum of span counts (the reference's too: its spans start with the whitespace
             # after an ending, which merges into the next word, so the sum is close).
-            grown = tokens + unit.tokens
-            if acc and (overlapping or chars + size > self.config.max_section_length or grown > self.cap):
-                groups.append(acc)
-                acc, chars, tokens = [], 0, 0
-                grown = unit.tokens
-            acc.append(unit)
+            grown = tokens + count
+            # (start < previous_end: midpoint-overlap pieces never share a group.)
+            if i > lo and (start < previous_end or chars + size > max_chars or grown > cap):
+                groups.append((lo, i))
+                lo, chars = i, 0
+                grown = count
             chars += size
             tokens = grown
-        if acc:
-            groups.append(acc)
+            previous_end = end
+        if lo < len(starts):
+            groups.append((lo, len(starts)))
         return groups
 
     # -- cross-page repair -----------------------------------------------------------
@@ -472,7 +566,8 @@ class _Splitter:
         if nxt.figure or self.fits(carried):
             page_drafts[0] = _Draft(carried, nxt.home)
         else:
-            page_drafts[0:1] = [_Draft(group, nxt.home) for group in self.pack(carried)]
+            store = _Units.of(carried)
+            page_drafts[0:1] = [_Draft(None, nxt.home, store, lo, hi) for lo, hi in self.pack(store)]
 
     def fragment_start(self, units: list[Unit]) -> int:
         """Index of the first unit after the last one that ends a sentence."""
@@ -511,7 +606,10 @@ class _Splitter:
         return "".join(parts)
 
     def assemble(self, draft: _Draft) -> str:
-        text = self.join(draft.units)
+        if draft._units is None and draft.store.contiguous(draft.lo, draft.hi):
+            text = self.text[draft.store.starts[draft.lo] : draft.store.ends[draft.hi - 1]]  # as join would
+        else:
+            text = self.join(draft.units)
         if not self.config.reference_mode:
             draft.text = text.strip()
         elif not text.strip():
@@ -699,7 +797,7 @@ class _Splitter:
 
     def overlap_joiner(self, current: _Draft, following: _Draft, prefix: str) -> str:
         """The whitespace that separated the two chunks in the source, else a safe space."""
-        if current.units[-1].end <= following.units[0].start:
+        if current.last_span[1] <= following.first_span[0]:
             # The trailing whitespace of the last unit, the source between, the leading
             # whitespace of the next chunk's first unit: one contiguous slice.
             gap = self.text[current.end : following.start]
@@ -710,7 +808,7 @@ class _Splitter:
     def source_end_of_prefix(self, draft: _Draft, prefix: str) -> int:
         """End of the source region the overlap prefix was copied from: ``len(prefix)`` past
         where the draft's text starts (its first unit less leading whitespace), within its units."""
-        return min(draft.start + len(prefix), draft.units[-1].end)
+        return min(draft.start + len(prefix), draft.last_span[1])
 
     # -- output ----------------------------------------------------------------------
 
@@ -758,19 +856,18 @@ class _Splitter:
 
     def text_start(self, draft: _Draft) -> int:
         """Where ``draft.text`` starts in the source when it is verbatim (its first unit, trimmed)."""
-        first = draft.units[0]
-        if first.start < first.end and not self.text[first.start].isspace():
-            return first.start  # nothing to trim (most units: a sentence starts after the last one's space)
-        raw = self.text[first.start : first.end]
-        return first.end - len(raw.lstrip())
+        start, end = draft.first_span
+        if start < end and not self.text[start].isspace():
+            return start  # nothing to trim (most units: a sentence starts after the last one's space)
+        return end - len(self.text[start:end].lstrip())
 
     def text_end(self, draft: _Draft) -> int:
         """Where ``draft``'s units end in the source, trailing whitespace trimmed."""
-        last = draft.units[-1]
-        if last.start < last.end and not self.text[last.end - 1].isspace():
-            return last.end
-        raw = self.text[last.start : last.end]
-        return last.end - (len(raw) - len(raw.rstrip()))
+        start, end = draft.last_span
+        if start < end and not self.text[end - 1].isspace():
+            return end
+        raw = self.text[start:end]
+        return end - (len(raw) - len(raw.rstrip()))
 
     def is_figure(self, draft: _Draft) -> bool:
         """``draft.figure``, answered without looking at its units in a document without figures."""
@@ -786,7 +883,7 @@ class _Splitter:
         if len(doc.pages) == 1:  # every unit and offset is on that page
             page_start = page_end = doc.pages[0].page_num
         else:
-            pages = [doc.pages[i].page_num for i in {u.page for u in draft.units}]
+            pages = [doc.pages[i].page_num for i in draft.pages()]
             page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
             page_start, page_end = min(pages), max(page_end, max(pages))
         metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
