@@ -172,7 +172,7 @@ class _Units:
     (``_Draft.units``: page-break repair, a re-split, tests).
     """
 
-    __slots__ = ("starts", "ends", "pages", "tokens", "figures", "pieces", "_cumulative", "_breaks")
+    __slots__ = ("starts", "ends", "pages", "tokens", "figures", "pieces", "_cumulative", "_breaks", "_figure_indexes")
 
     def __init__(self, starts: list[int], ends: list[int], pages: list[int], tokens: list[int],
                  figures: list[bool], pieces: list[bool]) -> None:
@@ -180,6 +180,7 @@ class _Units:
         self.figures, self.pieces = figures, pieces
         self._cumulative: list[int] | None = None  # tokens of units [0, i), built on first use
         self._breaks: list[int] | None = None  # joins that are not contiguous among units [0, i]
+        self._figure_indexes: list[int] | None = None  # ascending, built on first use
 
     @classmethod
     def of(cls, units: list[Unit]) -> "_Units":
@@ -199,6 +200,13 @@ class _Units:
         if self._cumulative is None:
             self._cumulative = list(accumulate(self.tokens, initial=0))
         return self._cumulative[hi] - self._cumulative[lo]
+
+    def any_figure(self, lo: int, hi: int) -> bool:
+        """``any(figures[lo:hi])``, by a binary search over the figures' indexes."""
+        if self._figure_indexes is None:
+            self._figure_indexes = [i for i, figure in enumerate(self.figures) if figure]
+        k = bisect.bisect_left(self._figure_indexes, lo)
+        return k < len(self._figure_indexes) and self._figure_indexes[k] < hi
 
     def contiguous(self, lo: int, hi: int) -> bool:
         """Whether each unit of [lo, hi) starts where the one before ends, on the same page."""
@@ -251,7 +259,7 @@ class _Draft:
     @property
     def figure(self) -> bool:
         if self._units is None:
-            return any(self.store.figures[self.lo : self.hi])
+            return self.store.any_figure(self.lo, self.hi)
         return any(u.figure for u in self._units)
 
     @property

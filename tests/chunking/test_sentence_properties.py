@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -193,3 +194,101 @@ def test_sentence_fast_paths_match_the_straightforward_computations(texts, cap, 
     for chunk in chunk_sentence(doc, config, TOKENIZER):
         assert chunk.verbatim == (chunk.text == doc.text[chunk.char_start : chunk.char_end])
         assert chunk.token_count == len(TOKENIZER.encode(chunk.text))
+
+
+def _reference_pack(text: str, units: list, cap: int, max_chars: int, reference: bool) -> list[list]:
+    """The straightforward packing, on one ``Unit`` tuple per span (what ``_Splitter.pack``
+    did before it read parallel lists): a figure closes its group (joining the text
+    before it, if any), a piece in reference mode is a group of its own, a unit that
+    overlaps the previous one or passes the cap or the budget starts a new group."""
+    groups, acc, chars, tokens = [], [], 0, 0
+    for unit in units:
+        if unit.figure:
+            has_text = bool(acc) if reference else any(text[u.start : u.end].strip() for u in acc)
+            groups.append([*acc, unit] if has_text else [unit])
+            acc, chars, tokens = [], 0, 0
+            continue
+        if reference and unit.piece:
+            if acc:
+                groups.append(acc)
+            groups.append([unit])
+            acc, chars, tokens = [], 0, 0
+            continue
+        size = unit.end - unit.start
+        if acc and (unit.start < acc[-1].end or chars + size > max_chars or tokens + unit.tokens > cap):
+            groups.append(acc)
+            acc, chars, tokens = [], 0, 0
+        acc.append(unit)
+        chars += size
+        tokens += unit.tokens
+    return groups + [acc] if acc else groups
+
+
+def _check_packing_against_reference(doc: ParsedDocument, config: SentenceConfig) -> None:
+    from chunking.strategies.sentence import _Splitter, _Units
+
+    splitter = _Splitter(doc.text, config, TOKENIZER)
+    every_unit = []
+    for index, page in enumerate(doc.pages):
+        units = splitter.page_units(index, page.char_offset, page.char_offset + len(page.text))
+        tuples = list(units)  # one Unit per span, built by the straightforward path
+        every_unit += tuples
+        assert [u.tokens for u in tuples] == [len(TOKENIZER.encode(doc.text[u.start : u.end])) for u in tuples]
+        drafts = splitter.page_drafts(units)
+        expected = _reference_pack(doc.text, tuples, config.max_tokens_per_section, config.max_section_length,
+                                   config.reference_mode)
+        assert [d.units for d in drafts] == expected
+        # A store rebuilt from the tuples (as a carried run is) packs alike.
+        assert [tuples[lo:hi] for lo, hi in splitter.pack(_Units.of(tuples))] == expected
+        for draft, group in zip(splitter.page_drafts(units), expected):  # fresh drafts: answered from the lists
+            assert draft._units is None
+            assert draft.tokens == sum(u.tokens for u in group)
+            assert draft.figure == any(u.figure for u in group)
+            assert draft.first_span == (group[0].start, group[0].end)
+            assert draft.last_span == (group[-1].start, group[-1].end)
+            contiguous = all(b.start == a.end and b.page == a.page for a, b in zip(group, group[1:]))
+            assert units.contiguous(draft.lo, draft.hi) == contiguous
+            assert splitter.assemble(draft) == (splitter.assemble(_draft_of(group, draft.home)) or "")
+    # Runs across pages (as a carried fragment is): contiguous only within a page.
+    store = _Units.of(every_unit)
+    for lo in range(0, len(every_unit), max(len(every_unit) // 20, 1)):
+        for hi in range(lo + 1, min(lo + 40, len(every_unit)) + 1):
+            run = every_unit[lo:hi]
+            assert store.contiguous(lo, hi) == all(b.start == a.end and b.page == a.page for a, b in zip(run, run[1:]))
+            assert store.tokens_of(lo, hi) == sum(u.tokens for u in run)
+            assert store.any_figure(lo, hi) == any(u.figure for u in run)
+
+
+def _draft_of(units: list, home: int):
+    from chunking.strategies.sentence import _Draft
+
+    return _Draft(units, home)
+
+
+_PACKING_EXAMPLES = [
+    ["\n\n<figure>a</figure> Text after. More text.", "  <figure>b</figure>\n", "next page"],
+    ["Some text. \n\n", "\n \n<figure>c</figure>tail. " + "word " * 300],
+    ["x" * 3000 + " end.", "lower start of page two. Done."],
+]
+
+
+@pytest.mark.parametrize("texts", _PACKING_EXAMPLES)
+@pytest.mark.parametrize("reference", [False, True])
+def test_sentence_packing_examples_match_packing_unit_tuples(texts, reference):
+    # Whitespace before a figure (left out of its group), a midpoint split, pages that join.
+    config = SentenceConfig(max_tokens_per_section=40, max_section_length=200, reference_mode=reference)
+    _check_packing_against_reference(document(texts), config)
+
+
+@SETTINGS
+@given(pages_strategy, st.sampled_from([8, 24, 500]), st.sampled_from([40, 120, 1000]), st.booleans())
+def test_sentence_packing_over_unit_lists_matches_packing_unit_tuples(texts, cap, section_length, reference):
+    config = SentenceConfig(max_tokens_per_section=cap, max_section_length=section_length, reference_mode=reference)
+    _check_packing_against_reference(document(texts), config)
+
+
+@LONG_SETTINGS
+@given(st.lists(long_page, min_size=1, max_size=3), st.sampled_from([24, 120, 500]), st.booleans())
+def test_sentence_packing_over_unit_lists_matches_on_long_pages(texts, cap, reference):
+    config = SentenceConfig(max_tokens_per_section=cap, max_section_length=4 * cap, reference_mode=reference)
+    _check_packing_against_reference(long_document(texts), config)
