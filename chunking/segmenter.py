@@ -75,6 +75,7 @@ _SPACED_ENDING = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") +
 _CJK_ENDING_CHARACTER = re.compile("[" + re.escape(_CJK_ENDINGS) + "]")
 # The characters of a candidate ending run (_CANDIDATE's first class).
 _ENDING_RUN_CHARACTERS = frozenset(".!?…" + _CJK_ENDINGS)
+_ENDING_RUN_OR_CLOSER = _ENDING_RUN_CHARACTERS | frozenset(_CLOSERS)
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
@@ -153,11 +154,41 @@ def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _bounds_candidate_by_candidate(text: str) -> list[int]:
-    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
+def sentence_bounds_from(text: str, at: int) -> list[int]:
+    """The bounds of ``sentence_spans(text)`` from about ``at`` on: ``[lo, *cuts, len(text)]``.
+
+    ``lo <= at``, and ``cuts`` are exactly the bounds of ``sentence_bounds(text)``
+    strictly between ``lo`` and ``len(text)``: only the candidates from ``lo`` on are
+    evaluated (for a caller that needs the sentence ends past ``at`` of a short text,
+    such as the look-ahead overlap). So the first span, ``[lo, cuts[0])``, is the end
+    of the sentence that holds ``lo``, not a sentence of its own.
+
+    Why it is exact: ``lo`` is moved back from ``at`` until the character before it
+    is none of an ending, a closer or whitespace (or ``lo == 0``). A candidate match
+    and the closers and whitespace a boundary takes after it consist of those
+    characters only, so no candidate before ``lo`` reaches it: each one's cut is
+    below ``lo`` (it cannot hide a later cut, which is above ``lo``), and the
+    candidates found scanning from ``lo`` are those of a scan from 0. The rules
+    look back from a candidate in the text itself, never at earlier candidates.
+    The per-candidate path is used at every length (the numpy path of long texts
+    cuts alike: ``tests/chunking/test_segmenter.py``).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"sentence_bounds_from expects str, got {type(text).__name__}")
+    lo = max(min(at, len(text)), 0)
+    while lo > 0 and (text[lo - 1] in _ENDING_RUN_OR_CLOSER or text[lo - 1].isspace()):
+        lo -= 1
+    if not text:
+        return [0, 0]
+    return _bounds_candidate_by_candidate(text, lo)
+
+
+def _bounds_candidate_by_candidate(text: str, lo: int = 0) -> list[int]:
+    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn;
+    with ``lo``, the candidates from ``lo`` on (see :func:`sentence_bounds_from`)."""
     size = len(text)
     cuts: list[int] = []
-    for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text):
+    for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text, lo):
         decision = _evaluate(text, *match.span())
         if decision is None:
             continue  # "0.95", "os.path": punctuation inside a token
@@ -166,7 +197,7 @@ def _bounds_candidate_by_candidate(text: str) -> list[int]:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    return [0, *cuts, size]  # the cuts ascend strictly, from above 0 to below size: no span is empty
+    return [lo, *cuts, size]  # the cuts ascend strictly, from above lo to below size: no span is empty
 
 
 def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:

@@ -100,8 +100,8 @@ from chunking.segmenter import (
     WORD_BREAKS,
     ends_with_sentence_ending,
     sentence_bounds,
+    sentence_bounds_from,
     sentence_end_possible,
-    sentence_spans,
 )
 from chunking.strategies import StrategySpec
 from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_spans, count_tokens, span_counter
@@ -751,13 +751,20 @@ class _Splitter:
         reach = min(len(text), target + max(target // 2, 1))
         # A qualifying sentence end is rstripped and passes ends_with_sentence_ending:
         # most windows (over half in prose) can be ruled out by a character search.
-        window = text[: reach + 1] if sentence_end_possible(text, target, reach) else ""
-        for start, end in sentence_spans(window):
-            if end == len(window) < len(text):
-                break  # cut by the window, not by the segmenter
-            sentence_end = start + len(text[start:end].rstrip())
-            if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
-                return text[:sentence_end]
+        if sentence_end_possible(text, target, reach):
+            window = text[: reach + 1]
+            # Only the sentence ends from about the target on are needed: the window is
+            # segmented from there. The first span may then start later than the sentence
+            # holding it, at a character that is neither whitespace, a closer nor an
+            # ending (sentence_bounds_from): its rstripped end and whether that ends a
+            # sentence are the same as for the whole sentence.
+            bounds = sentence_bounds_from(window, target)
+            for start, end in zip(bounds, bounds[1:]):
+                if end == len(window) < len(text):
+                    break  # cut by the window, not by the segmenter
+                sentence_end = start + len(text[start:end].rstrip())
+                if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
+                    return text[:sentence_end]
         first_break = self.break_char_pattern.search(text, target, reach)
         if first_break is not None:
             return text[: first_break.start()].rstrip()

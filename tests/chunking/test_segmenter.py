@@ -163,3 +163,26 @@ def test_offset_shifts_every_span_on_both_paths():
         bounds = sentence_bounds(text, 1234)
         assert list(zip(bounds, bounds[1:])) == sentence_spans(text, 1234)
     assert sentence_bounds("") == []
+
+
+def test_sentence_bounds_from_gives_the_cuts_after_its_start_and_no_other():
+    # Every position of random text with endings, closers, openers, whitespace runs,
+    # abbreviations and CJK: the cuts from ``lo`` on are those of the whole text.
+    import random
+
+    from chunking.segmenter import sentence_bounds, sentence_bounds_from
+
+    rng = random.Random(11)
+    pieces = ["word", "Dr", "e.g", "0.95", ".", ". ", "! ", "?", "...", "…", "。", "。」", ".)", ")", "\"", "“", "」",
+              "” ", " ", "\n", "\n\n", "\n \n", ",", "中文", "Über", "the", "U.S", "x"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))) for _ in range(400)]
+    checked = 0
+    for text in texts:
+        whole = sentence_bounds(text)
+        for at in range(len(text) + 1):
+            bounds = sentence_bounds_from(text, at)
+            lo = bounds[0]
+            assert lo <= at and bounds[-1] == len(text)
+            assert bounds[1:-1] == [b for b in whole[1:-1] if b > lo]
+            checked += lo > 0
+    assert checked > 1000  # most starts are not moved back to 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from chunking.model import Page, ParsedDocument
+from chunking.segmenter import sentence_bounds
 from chunking.strategies.sentence import SPEC, SentenceConfig, chunk_sentence, looks_like_heading, split_oversized
 from chunking.tokenizers import CharTokenizer, TiktokenTokenizer
 
@@ -304,6 +305,8 @@ def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatc
     for target in (10, 40, 100):
         shortcut = _overlap_prefixes(texts, target)
         monkeypatch.setattr(sentence_module, "sentence_end_possible", lambda text, lo, hi: True)
+        # Every window segmented whole, from its start (not from about the target).
+        monkeypatch.setattr(sentence_module, "sentence_bounds_from", lambda text, at: sentence_bounds(text))
         segmented = _overlap_prefixes(texts, target)
         monkeypatch.undo()
         assert shortcut == segmented
