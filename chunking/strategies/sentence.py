@@ -335,12 +335,17 @@ class _Splitter:
 
     def count_many_at(self, texts: list[str], starts: list[int]) -> list[int]:
         """``[count_at(t, s) for t, s in zip(texts, starts)]``, the verbatim ones in one ``count_spans`` batch."""
-        verbatim = [i for i, (text, start) in enumerate(zip(texts, starts)) if self.text.startswith(text, start)]
+        return self.count_many_verbatim(texts, starts)[0]
+
+    def count_many_verbatim(self, texts: list[str], starts: list[int]) -> tuple[list[int], list[bool]]:
+        """``count_many_at(texts, starts)``, and for each text whether it is the source at its start."""
+        at_start = list(map(self.text.startswith, texts, starts))
+        verbatim = [i for i, flag in enumerate(at_start) if flag]
         counted = count_spans(self.count_span, [starts[i] for i in verbatim], [starts[i] + len(texts[i]) for i in verbatim])
         counts: list[int | None] = [None] * len(texts)
         for i, n in zip(verbatim, counted):
             counts[i] = n
-        return [self.count(text) if n is None else n for text, n in zip(texts, counts)]
+        return [self.count(text) if n is None else n for text, n in zip(texts, counts)], at_start
 
     def tokens_within_cap(self, start: int, end: int, density: float = 0.0) -> tuple[int | None, float]:
         """The span's token count if it is within the cap (else ``None``), and its tokens per char.
@@ -830,17 +835,17 @@ class _Splitter:
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
         chunks: list[Chunk] = []
         texts = [draft.text + draft.overlap for draft in drafts]
-        counts = self.count_many_at(texts, [draft.start for draft in drafts])
+        counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
-        for draft, text, tokens in zip(drafts, texts, counts):
+        for draft, text, tokens, verbatim_at_start in zip(drafts, texts, counts, at_start):
             if draft.overlap and tokens > self.cap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
-                text, tokens = draft.text, self.count_at(draft.text, draft.start)
+                text, tokens, verbatim_at_start = draft.text, self.count_at(draft.text, draft.start), None
             if tokens > self.cap and not self.is_figure(draft):
                 chunks.extend(self.resplit(doc, draft))
                 continue
-            chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets))
+            chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets, verbatim_at_start))
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
@@ -889,8 +894,16 @@ class _Splitter:
         return self.any_figure and draft.figure
 
     def make_chunk(
-        self, doc: ParsedDocument, draft: _Draft, text: str, tokens: int, page_offsets: list[int] | None = None
+        self,
+        doc: ParsedDocument,
+        draft: _Draft,
+        text: str,
+        tokens: int,
+        page_offsets: list[int] | None = None,
+        verbatim_at_start: bool | None = None,
     ) -> Chunk:
+        """The chunk of ``draft`` holding ``text``. ``verbatim_at_start``, when known, is
+        ``doc.text.startswith(text, draft.start)`` (the caller compared them already)."""
         start, end = draft.start, draft.end
         if draft.overlap:
             end = max(end, draft.overlap_end)
@@ -914,7 +927,8 @@ class _Splitter:
             page_start=page_start,
             page_end=page_end,
             # text == doc.text[start:end], compared in place rather than on a copy of the slice
-            verbatim=len(text) == end - start and doc.text.startswith(text, start),
+            verbatim=len(text) == end - start
+            and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
             metadata=metadata,
         )
 
