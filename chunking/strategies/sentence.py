@@ -149,8 +149,8 @@ class SentenceConfig(BaseModel):
 class Unit(NamedTuple):
     """An atomic piece of a page: a sentence span, a piece of an oversized one, or a figure.
 
-    A named tuple: one is made per sentence of the document, and a tuple is the
-    cheapest immutable record to create.
+    Unit ``i`` of a ``_Units``; the packing reads those lists and makes a ``Unit``
+    only where one is asked for (page-break repair, a re-split, tests).
     """
 
     start: int
