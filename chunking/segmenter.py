@@ -231,9 +231,11 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     these tables do: a blank line, a CJK ending, ``!``/``?``, a lowercase next
     word (after its opening quotes / brackets), ``..``/``…``, a period and closing
     quotes / brackets, or a lone ``.`` after a word that is none of the listed
-    abbreviations, not an initial, and holds no dot or opening bracket (short ASCII
-    words are looked up all at once). Every other candidate (a listed or dotted
-    word before the period, more than ``_MAX_CLOSER_STEPS`` closers or openers, a
+    abbreviations and holds no opening bracket (short ASCII words are looked up all
+    at once; a word with a dot that does not end in a dot and one character is no
+    dotted acronym; an unlisted ASCII initial is no boundary). Every other candidate
+    (a listed word or a possible dotted acronym before the period, more than
+    ``_MAX_CLOSER_STEPS`` closers or openers, a
     whitespace run longer than ``_MAX_WHITESPACE_STEPS``, a next character outside
     the BMP) goes to ``_evaluate`` itself, so there is one rule set and this is its
     fast path.
@@ -294,7 +296,17 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     word_length = np.where(is_break.any(axis=1), is_break.argmax(axis=1), _WORD_PROBE)
     in_word = np.arange(_WORD_PROBE)[None, :] < word_length[:, None]
     marked = (in_word & tables.is_dot_or_opener[chars]).any(axis=1)
-    unknown[dots[marked]] = True
+    # A word holding a dot but no opening quote / bracket (none to strip from its start, so
+    # its last two characters are those probed) that does not end in "." then a letter
+    # (an ASCII non-letter is certainly none): no dotted acronym, none of the listed words
+    # (the dotted ones, "e.g" and "i.e", end so) and not an initial: the rules end the
+    # sentence ("os.path. The", "3.2. The").
+    dotted_plain = marked & ~(in_word & tables.is_opener[chars]).any(axis=1) & (word_length >= 2)
+    folded = chars[:, 0] | 0x20
+    ascii_non_letter = (chars[:, 0] < 0x80) & ~((folded >= ord("a")) & (folded <= ord("z")))
+    dotted_plain &= (chars[:, 1] != ord(".")) | ascii_non_letter
+    boundary[dots[dotted_plain]] = True
+    unknown[dots[marked & ~dotted_plain]] = True
     # No word, or one longer than every listed abbreviation: the rules end the sentence.
     boundary[dots[~marked & ((word_length == 0) | (word_length == _WORD_PROBE))]] = True
     short = ~marked & (word_length > 0) & (word_length < _WORD_PROBE)
@@ -305,7 +317,8 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     listed = np.isin(_word_keys(lowered, in_word), _listed_word_keys())
     single_letter = (word_length == 1) & (lowered[:, 0] >= ord("a")) & (lowered[:, 0] <= ord("z"))
     decided = short & ascii_word
-    unknown[dots[decided & (listed | single_letter)]] = True
+    unknown[dots[decided & listed]] = True  # the rules look at the next word ("no. 5", "Inc. The")
+    # An initial that is not a listed word ("J. Smith"): not a boundary (boundary is already false).
     boundary[dots[decided & ~listed & ~single_letter]] = True
     short &= ~ascii_word  # other scripts: the same test in Python
     for index, length in zip(dots[short].tolist(), word_length[short].tolist()):

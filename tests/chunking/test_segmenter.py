@@ -124,6 +124,7 @@ def test_spans_are_contiguous_and_lossless(text):
 _LONG_TEXT_PIECES = st.sampled_from(
     [
         "word", "Longerword", "x", "J", "Dr", "dr", "No", "no", "fig", "Inc", "approx", "e.g", "U.S", "os.path",
+        "x.py", "a.b.c", "P", "p", "v", "(os.path", "\"x.y", "e.G", "I.E", "mod.Func", "Ab.c", "é.x", "re.A", "3.2", "5.3.0", "v1.2", "x.1", "a._", "A.b)",
         "0.95", "5", "The", "the", "über", "Éclair", "中文", "日本語", "😀", "𝐀bc", "ǅ",
         "Mr", "VOL", "Sept", "\u212ao", "İ", "a\x00", ".\" (", "?”) «", "(" * 12 + "A", ".)" + ")" * 10 + " A",
         ". ", ".", "! ", "?! ", "... ", "…", "。", "！", "？", "‼", ".\u3000", ".\u2029",
