@@ -76,6 +76,9 @@ _CJK_ENDING_CHARACTER = re.compile("[" + re.escape(_CJK_ENDINGS) + "]")
 # The characters of a candidate ending run (_CANDIDATE's first class).
 _ENDING_RUN_CHARACTERS = frozenset(".!?…" + _CJK_ENDINGS)
 _ENDING_RUN_OR_CLOSER = _ENDING_RUN_CHARACTERS | frozenset(_CLOSERS)
+# The numpy scan's first filter for those characters (see _candidate_arrays).
+_ASCII_ENDING_CODES = tuple(sorted(ord(c) for c in _ENDING_RUN_CHARACTERS if ord(c) < 0x80))
+_FIRST_NON_ASCII_ENDING = min(ord(c) for c in _ENDING_RUN_CHARACTERS if ord(c) >= 0x80)
 _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # From this length on, candidates are located and mostly decided with numpy: Python's
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
@@ -397,7 +400,14 @@ def _candidate_arrays(text: str, codes, tables: "_Tables"):
     """
     import numpy as np
 
-    hits = np.flatnonzero(tables.is_ending[codes])
+    # The ending characters: a superset found by comparisons (the ASCII endings, and every
+    # code point from the lowest non-ASCII ending on), then the table on those few only (a
+    # table look-up of every code point costs about twice as much).
+    mask = codes >= _FIRST_NON_ASCII_ENDING
+    for code in _ASCII_ENDING_CODES:
+        mask |= codes == code
+    hits = np.flatnonzero(mask)
+    hits = hits[tables.is_ending[codes[hits]]]
     blanks = np.array([m.span() for m in _BLANK_LINE.finditer(text)], dtype=np.int64).reshape(-1, 2)
     if len(hits):
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(hits) != 1) + 1))
@@ -445,7 +455,7 @@ def _scan_tables() -> _Tables:
     is_space = np.zeros(sys.maxunicode + 1, dtype=bool)
     is_space[: _LAST_SPACE + 1] = [chr(i).isspace() for i in range(_LAST_SPACE + 1)]
     return _Tables(
-        is_ending=flags(".!?…" + _CJK_ENDINGS),
+        is_ending=flags("".join(sorted(_ENDING_RUN_CHARACTERS))),
         is_cjk_ending=flags(_CJK_ENDINGS),
         is_bang=flags("!?"),
         is_space=is_space,
