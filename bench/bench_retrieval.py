@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_retrieval.py --db path/to/ingested.duckdb \\
         [--eval-set eval/corpus.jsonl] [--work /tmp/bench_retrieval.duckdb] \\
-        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--skip-covered off,0.5] [--k 5]
+        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--skip-covered off,0.5] [--k 5] \\
+        [--within off,semantic+ctx@10] [--within-rank fine,rrf,product]
 
 ``--db`` is a store that ``chunkyard run`` filled with the eval set's documents
 (read only: it is copied to ``--work`` first, so its embedding cache makes repeated
@@ -17,7 +18,11 @@ cache (``--stored-chunks semantic`` takes the shipped semantic chunks from
 ``--db`` instead of embedding every sentence again), and every configuration is scored by search.evaluation.evaluate in one
 pass per mode, so the rows of one run are comparable. The table prints recall,
 precision, IoU and MRR at k, chunks, tokens, the texts embedded in this run
-and the seconds that took (0 when the cache held them all). ``--score-only`` scores
+and the seconds that took (0 when the cache held them all); each pass's header gives its wall
+and CPU milliseconds per search (one strategy, one question) and the load average.
+``--within COARSE@N`` scores every configuration by coarse-to-fine search inside
+configuration COARSE's top N hits (``SearchIndex.search(within=...)``), once per
+``--within-rank``. ``--score-only`` scores
 what a work copy already holds (a run stopped part way, or the same rows in other
 modes) without chunking or embedding again.
 """
