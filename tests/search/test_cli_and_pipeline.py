@@ -161,6 +161,12 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
         assert hit["char_start"] < coarse["char_end"] and hit["char_end"] > coarse["char_start"]
     assert main(["search", "fish market", "--strategy", "rec_small", "--within", "recursive", "-k", "1"]) == 0
     assert "[rec_small #1 in recursive #1]" in capsys.readouterr().out
+    monkeypatch.setattr("orchestration.cli_search._settings",
+                        lambda: load_settings(config).model_copy(update={"search_within": "recursive"}))
+    assert main(["search", "fish market", "--strategy", "rec_small", "--json", "-k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["within"] == "recursive"  # the setting applies
+    assert main(["search", "fish market", "--strategy", "rec_small", "--within", "off", "--json", "-k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["within"] is None  # --within off overrides it
     assert main(["search", "x", "--within", "nope"]) == 2
     assert "search_within: 'nope' is not an enabled strategy or variant" in capsys.readouterr().err
 
