@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_retrieval.py --db path/to/ingested.duckdb \\
         [--eval-set eval/corpus.jsonl] [--work /tmp/bench_retrieval.duckdb] \\
-        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--skip-covered off,0.5] [--k 5]
+        [--configs shipped,shipped+ctx,...] [--modes vector,hybrid] [--skip-covered off,0.5] [--k 5] \\
+        [--within off,semantic+ctx@10] [--within-rank fine,rrf,product]
 
 ``--db`` is a store that ``chunkyard run`` filled with the eval set's documents
 (read only: it is copied to ``--work`` first, so its embedding cache makes repeated
@@ -17,7 +18,11 @@ cache (``--stored-chunks semantic`` takes the shipped semantic chunks from
 ``--db`` instead of embedding every sentence again), and every configuration is scored by search.evaluation.evaluate in one
 pass per mode, so the rows of one run are comparable. The table prints recall,
 precision, IoU and MRR at k, chunks, tokens, the texts embedded in this run
-and the seconds that took (0 when the cache held them all). ``--score-only`` scores
+and the seconds that took (0 when the cache held them all); each pass's header gives its wall
+and CPU milliseconds per search (one strategy, one question) and the load average.
+``--within COARSE@N`` scores every configuration by coarse-to-fine search inside
+configuration COARSE's top N hits (``SearchIndex.search(within=...)``), once per
+``--within-rank``. ``--score-only`` scores
 what a work copy already holds (a run stopped part way, or the same rows in other
 modes) without chunking or embedding again.
 """
@@ -229,6 +234,11 @@ def main() -> None:
                         "hybrid mode with (the BM25 ranking's weight in the fusion; 1 = plain RRF)")
     parser.add_argument("--skip-covered", default="off", help="comma list of overlap-aware top-k settings to score "
                         "each mode with: 'off' or a fraction in (0, 1] (SearchIndex.search skip_covered)")
+    parser.add_argument("--within", default="off", help="comma list of coarse-to-fine settings to score each mode "
+                        "with: 'off' or COARSE@N (each configuration's chunks inside the top N hits of configuration "
+                        "COARSE, which must be in --configs; SearchIndex.search within/within_depth)")
+    parser.add_argument("--within-rank", default="fine", help="comma list of coarse-to-fine orders "
+                        "(search.engine.WITHIN_RANKS: fine, rrf, product), each scored with every --within")
     parser.add_argument("--config-file", default="chunkyard.toml", help="the shipped strategy configs")
     parser.add_argument("--cold", action="store_true", help="empty the work copy's vector cache first, so every "
                         "configuration's embed seconds are measured in this run (a text two configurations share "
@@ -251,6 +261,17 @@ def main() -> None:
                 sys.exit(f"unknown configuration {name!r}; known: {', '.join(known)}")
             if name not in names:
                 names.append(name)
+
+    withins: list[tuple[str | None, int]] = []
+    for item in args.within.split(","):
+        if item == "off":
+            withins.append((None, 10))
+            continue
+        coarse, _, depth = item.rpartition("@")
+        if coarse not in names or not depth.isdigit() or int(depth) < 1:
+            sys.exit(f"--within {item!r}: expected COARSE@N with COARSE one of --configs ({', '.join(names)})")
+        withins.append((coarse, int(depth)))
+    within_ranks = args.within_rank.split(",")
 
     work = Path(args.work)
     if args.score_only and not work.is_file():
@@ -285,15 +306,22 @@ def main() -> None:
     index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))
     try:
         weights = [float(w) for w in args.keyword_weights.split(",")]
-        for mode, skip, weight in [(m, s, w) for m in args.modes.split(",") for s in args.skip_covered.split(",")
-                                   for w in (weights if m == "hybrid" else [1.0])]:
+        passes = [(m, s, w, within, rank) for m in args.modes.split(",") for s in args.skip_covered.split(",")
+                  for w in (weights if m == "hybrid" else [1.0]) for within in withins
+                  for rank in (within_ranks if within[0] is not None else ["fine"])]
+        for mode, skip, weight, (within, within_depth), within_rank in passes:
             skip_covered = None if skip == "off" else float(skip)
+            wall, cpu = time.perf_counter(), time.process_time()
             report = evaluate(index, questions, ks=(args.k,), mode=mode, strategies=names, skip_covered=skip_covered,
-                              keyword_weight=weight)
+                              keyword_weight=weight, within=within, within_depth=within_depth, within_rank=within_rank)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             rows = report.at(args.k)
+            searches = len(names) * next(iter(rows.values())).questions
             print(f"\nmode {report.mode}, k={args.k}, {next(iter(rows.values())).questions} questions "
                   f"({len(report.skipped)} skipped), eval set {args.eval_set} "
-                  f"sha256 {hashlib.sha256(Path(args.eval_set).read_bytes()).hexdigest()[:12]}")
+                  f"sha256 {hashlib.sha256(Path(args.eval_set).read_bytes()).hexdigest()[:12]}; "
+                  f"{1000 * wall / max(searches, 1):.1f} ms wall, {1000 * cpu / max(searches, 1):.1f} ms CPU "
+                  f"per search (query embedding included), load {os.getloadavg()[0]:.1f}")
             print(f"| configuration | recall@{args.k} | precision@{args.k} | IoU@{args.k} | MRR@{args.k} | chunks | "
                   "tokens | embedded | embed s |")
             print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -1,9 +1,11 @@
 """``chunkyard search | ground | eval``: the search commands, hooked into orchestration/cli.py.
 
     chunkyard search "query" [--strategy S] [-k 5] [--mode vector|keyword|hybrid]
-                             [--doc ID ...] [--folder F] [--skip-covered F] [--json]
+                             [--doc ID ...] [--folder F] [--skip-covered F]
+                             [--within COARSE [--within-depth N] [--within-rank fine|rrf|product]] [--json]
     chunkyard ground "claim" [--threshold 0.7] [--strategy S] [-k 3] [--json]
-    chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--skip-covered F] [--json]
+    chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--skip-covered F]
+                   [--within COARSE [--within-depth N] [--within-rank R]] [--json]
 
 ``search`` and ``ground`` only read the database. ``eval`` materializes the
 ``retrieval_eval`` asset through the persistent Dagster instance (so the UI shows
@@ -35,6 +37,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--skip-covered", type=float, metavar="F",
                         help="skip a hit when at least this fraction of its characters is in better hits of its "
                              "document (settings search_skip_covered; 0 = off)")
+    add_within_arguments(search)
 
     ground = subparsers.add_parser("ground", help="is a claim supported by the documents? (per strategy)")
     ground.add_argument("claim")
@@ -49,6 +52,21 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--json", action="store_true")
     evaluate.add_argument("--skip-covered", type=float, metavar="F",
                           help="overlap-aware top k, as for search (settings search_skip_covered; 0 = off)")
+    add_within_arguments(evaluate)
+
+
+def add_within_arguments(parser: argparse.ArgumentParser) -> None:
+    from search.engine import WITHIN_RANKS
+
+    parser.add_argument("--within", metavar="COARSE",
+                        help="coarse-to-fine: return each strategy's chunks found inside the top hits of this "
+                             "strategy (settings search_within; 'off' = plain search)")
+    parser.add_argument("--within-depth", type=int, metavar="N",
+                        help="how many top coarse hits the fine chunks are taken from (settings "
+                             "search_within_depth: 10)")
+    parser.add_argument("--within-rank", choices=WITHIN_RANKS,
+                        help="order of the fine chunks: their own score, or fused with their coarse hit's rank "
+                             "(rrf) or score (product) (settings search_within_rank: fine)")
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -85,14 +103,37 @@ def _with_skip_covered(settings, value: float | None):
     return settings.model_copy(update={"search_skip_covered": value or None})
 
 
+def _with_within(settings, args):
+    """The settings with ``--within`` (``off`` clears it), ``--within-depth`` and ``--within-rank`` applied,
+    validated as the file's keys are (an unknown coarse strategy names ``search_within``)."""
+    from pydantic import ValidationError
+
+    from search.engine import SearchError
+
+    updates = {}
+    if args.within is not None:
+        updates["search_within"] = None if args.within == "off" else args.within
+    if args.within_depth is not None:
+        updates["search_within_depth"] = args.within_depth
+    if args.within_rank is not None:
+        updates["search_within_rank"] = args.within_rank
+    if not updates:
+        return settings
+    try:
+        return type(settings).model_validate({**settings.model_dump(), **updates})
+    except ValidationError as exc:
+        raise SearchError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+                                    for e in exc.errors())) from None
+
+
 def _search(args) -> int:
     from search.engine import open_index
 
-    settings = _with_skip_covered(_settings(), args.skip_covered)
+    settings = _with_within(_with_skip_covered(_settings(), args.skip_covered), args)
     index = open_index(settings)
     index.context_chars = max(0, args.context)
     hits = index.search(args.query, mode=args.mode, k=max(1, args.k), strategy=args.strategy,
-                        doc_ids=args.docs, folder=args.folder, skip_covered=settings.search_skip_covered)
+                        doc_ids=args.docs, folder=args.folder, **settings.search_options())
     if args.json:
         print(json.dumps([h.to_json() for h in hits], ensure_ascii=False, indent=2))
         return 0
@@ -108,7 +149,8 @@ def format_hit(hit, *, color: bool = False) -> str:
     """Two lines: where the hit is, then the chunk inside its context, the chunk marked."""
     heading = " > ".join(hit.heading_path)
     pages = f"p.{hit.page_start + 1}" + (f"-{hit.page_end + 1}" if hit.page_end != hit.page_start else "")
-    where = (f"[{hit.strategy} #{hit.rank}] {hit.score:.4f}  {hit.doc_id}  {pages}  "
+    found = f" in {hit.within} #{hit.parent_rank}" if hit.within else ""
+    where = (f"[{hit.strategy} #{hit.rank}{found}] {hit.score:.4f}  {hit.doc_id}  {pages}  "
              f"chars {hit.char_start}-{hit.char_end}" + (f"  § {heading}" if heading else ""))
     open_mark, close_mark = ("\033[1;7m", "\033[0m") if color else ("»", "«")
     body = f"{_squash(hit.context_before)}{open_mark}{_shorten(_squash(hit.text))}{close_mark}{_squash(hit.context_after)}"
@@ -152,8 +194,9 @@ def _eval(args) -> int:
     from orchestration.cli import QUIET, ensure_dagster_home
     from orchestration.definitions import build_project
     from resources.store import ChunkStore
+    from search.evaluation import mode_label
 
-    settings = _with_skip_covered(_settings(), args.skip_covered)
+    settings = _with_within(_with_skip_covered(_settings(), args.skip_covered), args)
     updates = {k: v for k, v in (("eval_set", args.eval_set), ("eval_mode", args.mode)) if v}
     settings = settings.model_copy(update=updates)
     ensure_dagster_home()
@@ -168,14 +211,15 @@ def _eval(args) -> int:
                 print(f"chunkyard eval: {event.event_specific_data.error.message.strip()}", file=sys.stderr)
         return 1
     rows = history_rows(ChunkStore(settings.db_path, lake=settings.store.lake()), result.run_id)
+    label = mode_label(settings.eval_mode, **settings.search_options())
     checks = [e.event_specific_data for e in result.all_events
               if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
     if args.json:
-        print(json.dumps({"run_id": result.run_id, "eval_set": settings.eval_set, "mode": settings.eval_mode,
+        print(json.dumps({"run_id": result.run_id, "eval_set": settings.eval_set, "mode": label,
                           "rows": rows, "checks": [{"name": c.check_name, "passed": c.passed,
                                                     "description": c.description} for c in checks]}, indent=2))
         return 0
-    print(f"eval set: {settings.eval_set}   mode: {settings.eval_mode}   run: {result.run_id[:8]}")
+    print(f"eval set: {settings.eval_set}   mode: {label}   run: {result.run_id[:8]}")
     print(format_table(rows))
     for c in checks:
         print(f"check {c.check_name}: {'passed' if c.passed else 'WARN'}: {c.description}")

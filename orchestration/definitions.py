@@ -93,7 +93,7 @@ def build_project(settings: Settings) -> Project:
     embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
     stats_asset = build_stats_asset(embedding_keys)
     retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode,
-                                                skip_covered=settings.search_skip_covered)
+                                                **settings.search_options())
     assets = [raw_documents, parsed_documents, *strategy_assets, stats_asset, retrieval_eval]
     graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
         key for a in strategy_assets for key in a.keys

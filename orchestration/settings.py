@@ -160,6 +160,12 @@ class Settings(BaseModel):
     # Overlap-aware top k for search and eval: skip a hit when at least this fraction of its
     # characters is in better-ranked hits of its document (SearchIndex.search). None: off.
     search_skip_covered: float | None = Field(None, gt=0.0, le=1.0)
+    # Coarse-to-fine search for search and eval (SearchIndex.search within=...): each strategy's
+    # hits are its own chunks inside the top search_within_depth hits of this coarse strategy
+    # (a registered strategy or a variant), ordered by search_within_rank. None: off.
+    search_within: str | None = None
+    search_within_depth: int = Field(10, ge=1)
+    search_within_rank: Literal["fine", "rrf", "product"] = "fine"
     # Strategies whose chunks are embedded with the document title and heading path prepended.
     embed_with_context: list[str] = Field(default_factory=list)
     # Strategy -> word pieces of the text around each chunk embedded with it (0: none).
@@ -182,6 +188,20 @@ class Settings(BaseModel):
         for name, variant in self.variants.items():
             variant_instance(name, variant)  # raises a ValueError naming the key
         return self
+
+    @model_validator(mode="after")
+    def _search_within_is_a_strategy(self) -> "Settings":
+        names = [*(self.enabled_strategies if self.enabled_strategies is not None else strategy_names()),
+                 *self.variants]
+        if self.search_within is not None and self.search_within not in names:
+            raise ValueError(f"search_within: {self.search_within!r} is not an enabled strategy or variant; "
+                             f"one of: {', '.join(names)}")
+        return self
+
+    def search_options(self) -> dict[str, Any]:
+        """The keyword arguments of SearchIndex.search / search.evaluation.evaluate these settings set."""
+        return {"skip_covered": self.search_skip_covered, "within": self.search_within,
+                "within_depth": self.search_within_depth, "within_rank": self.search_within_rank}
 
     def strategy_instances(self) -> list[StrategyInstance]:
         """The enabled registered strategies (registry order), then the variants (file order).

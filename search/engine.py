@@ -56,6 +56,11 @@ RRF_K = 60  # reciprocal rank fusion constant (Cormack et al. 2009)
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 VECTOR_INDEXES = ("exact", "hnsw")
+# How coarse-to-fine search orders the fine chunks found inside the coarse hits (SearchIndex.search
+# ``within_rank``): "fine" by the fine chunk's own score; "rrf" by reciprocal rank fusion of the fine
+# chunk's rank among the candidates with its best coarse parent's rank; "product" by the fine score
+# times the parent's score.
+WITHIN_RANKS: tuple[str, ...] = ("fine", "rrf", "product")
 
 # What the fts tokenizer deletes (after lowercasing and stripping accents): anything but a
 # letter of any script, a combining mark or a digit. fts's default, (\.|[^a-z])+, also deletes
@@ -124,6 +129,10 @@ class Hit:
     text: str
     context_before: str = ""
     context_after: str = ""
+    # Coarse-to-fine search: the coarse strategy whose top hits this chunk was found inside,
+    # and the rank of its best coarse hit (its "parent"); None for plain search.
+    within: str | None = None
+    parent_rank: int | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -321,6 +330,9 @@ class SearchIndex:
         refresh: bool = True,
         skip_covered: float | None = None,
         keyword_weight: float = 1.0,
+        within: str | None = None,
+        within_depth: int = 10,
+        within_rank: str = "fine",
     ) -> list[Hit]:
         """Top ``k`` chunks per strategy (one strategy, or every one), best first.
 
@@ -333,6 +345,16 @@ class SearchIndex:
         is taken, so overlapping windows give k distinct regions (``not_covered``).
         ``keyword_weight``: hybrid only, the BM25 ranking's weight in the fusion against
         the vector ranking's 1 (1: plain RRF).
+
+        Coarse-to-fine (``within``, a strategy name): rank that coarse strategy's chunks
+        first (same mode and filters) and keep its top ``within_depth``; the hits are then
+        the searched strategy's own stored chunks that share at least one character with
+        one of those coarse hits, ordered by ``within_rank`` (``WITHIN_RANKS``). Each hit
+        keeps its own offsets, pages and heading path, and names its coarse parent
+        (``Hit.within``, ``Hit.parent_rank``). When the top ``within_depth`` hold fewer than
+        ``k`` fine chunks the mode ranks (keyword: that the query matches), the coarse
+        ranking is taken deeper (doubling) until they do or it runs out, so a search still
+        returns ``k`` hits where the strategy has them.
         """
         if mode not in MODES:
             raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
@@ -342,40 +364,93 @@ class SearchIndex:
             raise SearchError(f"keyword_weight must be >= 0, not {keyword_weight!r}")
         if skip_covered is not None and not 0 < skip_covered <= 1:
             raise SearchError(f"skip_covered must be in (0, 1], not {skip_covered!r}")
+        if within_rank not in WITHIN_RANKS:
+            raise SearchError(f"within_rank must be one of {WITHIN_RANKS}, not {within_rank!r}")
+        if within_depth < 1:
+            raise SearchError(f"within_depth must be at least 1, not {within_depth!r}")
         if refresh or self._built is None:
             self.refresh()
         tables = self._tables_for(strategy)
+        coarse_table = self._tables_for(within)[within] if within is not None else None
         if mode != "keyword":
             query_vector = self._embed_query(query) if query_vector is None else query_vector
+        fusion_depth = max(50, 5 * k)
         hits: list[Hit] = []
         for name, table in tables.items():
             fetch = k if skip_covered is None else 4 * k
+            parents: dict[int, int] = {}
             while True:
-                ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight,
-                                      fusion_depth=max(50, 5 * k))
+                if coarse_table is None:
+                    ranked = self._ranked(table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight,
+                                          fusion_depth=fusion_depth)
+                    exhausted = len(ranked) < fetch
+                else:
+                    ranked, parents, exhausted = self._ranked_within(
+                        table, coarse_table, mode, query, query_vector, fetch, doc_ids, folder, keyword_weight,
+                        fusion_depth, within_depth, within_rank)
                 if skip_covered is None:
                     break
                 kept = [ranked[i] for i in not_covered(self._spans(table, ranked), skip_covered)]
-                if len(kept) >= k or len(ranked) < fetch:  # enough distinct hits, or no more candidates
+                if len(kept) >= k or exhausted:  # enough distinct hits, or no more candidates
                     ranked = kept[:k]
                     break
                 fetch *= 4
-            hits.extend(self._hits(name, table, ranked))
+            hits.extend(self._hits(name, table, ranked, within=within, parents=parents))
         return hits
 
+    def _ranked_within(self, table, coarse_table, mode, query, query_vector, k, doc_ids, folder, keyword_weight,
+                       fusion_depth, depth, rank_by) -> tuple[list[tuple[int, float]], dict[int, int], bool]:
+        """Coarse-to-fine: the top ``k`` (row_id, score) of ``table`` among its chunks that overlap
+        the top ``depth`` hits of ``coarse_table``, ordered by ``rank_by``; with each kept row's
+        parent rank (its best overlapping coarse hit), and whether no more candidates exist.
+
+        Invariants: every returned row overlaps a coarse hit of the same document; the coarse
+        ranking uses the same mode, filters and fusion depth as plain search; it is taken deeper
+        (doubling ``depth``) only while fewer than ``k`` candidates are ranked (keyword: matched)."""
+        while True:
+            coarse = self._ranked(coarse_table, mode, query, query_vector, depth, doc_ids, folder, keyword_weight,
+                                  fusion_depth=fusion_depth)
+            parents = self._overlapping(table, self._spans(coarse_table, coarse))  # row_id -> parent rank
+            # The candidates ranked whole (they are few: the fine chunks of ``depth`` coarse hits); in
+            # keyword mode only those the query's terms match.
+            fine = self._ranked(table, mode, query, query_vector, len(parents), doc_ids, folder, keyword_weight,
+                                fusion_depth=len(parents), rows=list(parents)) if parents else []
+            if len(fine) >= k or len(coarse) < depth:
+                break
+            depth *= 2
+        ranked = combine_with_parents(fine, parents, [score for _, score in coarse], rank_by)
+        # Fewer than asked for only when the coarse ranking ran out: none exist deeper.
+        return ranked[:k], {row_id: parents[row_id] for row_id, _ in ranked[:k]}, len(ranked) < k
+
+    def _overlapping(self, table: str, regions: list[tuple[str, int, int]]) -> dict[int, int]:
+        """row_id -> the 1-based rank of the first (best) region each row shares a character with."""
+        if not regions:
+            return {}
+        docs, starts, ends = (list(col) for col in zip(*regions))
+        return dict(self._con.execute(
+            f"""SELECT t.row_id, min(w.rank)::INTEGER FROM {table} t
+                JOIN (SELECT unnest(?::VARCHAR[]) AS doc_id, unnest(?::INTEGER[]) AS s, unnest(?::INTEGER[]) AS e,
+                             unnest(range(1, ?::INTEGER + 1)) AS rank) w
+                  ON t.doc_id = w.doc_id AND t.char_start < w.e AND t.char_end > w.s
+                GROUP BY t.row_id""",
+            [docs, starts, ends, len(regions)],
+        ).fetchall())
+
     def _ranked(self, table, mode, query, query_vector, k, doc_ids, folder, keyword_weight=1.0,
-                fusion_depth=50) -> list[tuple[int, float]]:
+                fusion_depth=50, rows: list[int] | None = None) -> list[tuple[int, float]]:
         """The top ``k`` (row_id, score) of one strategy table, best first. Hybrid fuses the top
         ``fusion_depth`` of each ranking (at least ``k``): it follows the k asked for, not how
-        deep overlap-aware top k looks, so skipping never changes the fused order."""
+        deep overlap-aware top k looks, so skipping never changes the fused order.
+        ``rows``: rank only these row_ids (coarse-to-fine candidates)."""
+        only = () if rows is None else (rows,)
         if mode == "vector":
-            return self._vector(table, query_vector, k, doc_ids, folder)
+            return self._vector(table, query_vector, k, doc_ids, folder, *only)
         if mode == "keyword":
-            return self._keyword(table, query, k, doc_ids, folder)
+            return self._keyword(table, query, k, doc_ids, folder, *only)
         depth = max(fusion_depth, k)
         return reciprocal_rank_fusion(
-            [self._vector(table, query_vector, depth, doc_ids, folder),
-             self._keyword(table, query, depth, doc_ids, folder)],
+            [self._vector(table, query_vector, depth, doc_ids, folder, *only),
+             self._keyword(table, query, depth, doc_ids, folder, *only)],
             k, weights=(1.0, keyword_weight),
         )
 
@@ -406,8 +481,12 @@ class SearchIndex:
         return vector
 
     @staticmethod
-    def _filter(doc_ids: Sequence[str] | None, folder: str | None) -> tuple[str, list]:
+    def _filter(doc_ids: Sequence[str] | None, folder: str | None,
+                rows: Sequence[int] | None = None) -> tuple[str, list]:
         clauses, params = [], []
+        if rows is not None:
+            clauses.append("row_id IN (SELECT unnest(?::INTEGER[]))")
+            params.append(list(rows))
         if doc_ids is not None:
             clauses.append("doc_id IN (SELECT unnest(?::VARCHAR[]))")
             params.append(list(doc_ids))
@@ -416,8 +495,8 @@ class SearchIndex:
             params.append(folder.strip("/") + "/")
         return (" AND ".join(clauses) or "TRUE"), params
 
-    def _vector(self, table, vector, k, doc_ids, folder) -> list[tuple[int, float]]:
-        where, params = self._filter(doc_ids, folder)
+    def _vector(self, table, vector, k, doc_ids, folder, rows=None) -> list[tuple[int, float]]:
+        where, params = self._filter(doc_ids, folder, rows)
         dim = self._built.dim
         if self._built.hnsw and not params:
             # The shape vss rewrites into an HNSW index scan: ORDER BY distance LIMIT k, nothing else.
@@ -434,8 +513,8 @@ class SearchIndex:
             [vector.tolist(), *params],
         ).fetchall()
 
-    def _keyword(self, table, query, k, doc_ids, folder) -> list[tuple[int, float]]:
-        where, params = self._filter(doc_ids, folder)
+    def _keyword(self, table, query, k, doc_ids, folder, rows=None) -> list[tuple[int, float]]:
+        where, params = self._filter(doc_ids, folder, rows)
         return self._con.execute(
             f"""SELECT row_id, score FROM (
                     SELECT row_id, doc_id, fts_main_{table}.match_bm25(row_id, ?) AS score FROM {table})
@@ -443,7 +522,8 @@ class SearchIndex:
             [keyword_text(query), *params],
         ).fetchall()
 
-    def _hits(self, strategy: str, table: str, ranked: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(self, strategy: str, table: str, ranked: list[tuple[int, float]], *, within: str | None = None,
+              parents: dict[int, int] | None = None) -> list[Hit]:
         if not ranked:
             return []
         ctx = int(self.context_chars)
@@ -464,8 +544,31 @@ class SearchIndex:
         for rank, (row_id, score) in enumerate(ranked, start=1):
             doc_id, chunk_index, start, end, p0, p1, heading, text, before, after = rows[row_id]
             hits.append(Hit(strategy, rank, float(score), doc_id, chunk_index, start, end, p0, p1,
-                            list(heading), text, before, after))
+                            list(heading), text, before, after, within=within,
+                            parent_rank=(parents or {}).get(row_id)))
         return hits
+
+
+def combine_with_parents(
+    fine: Sequence[tuple[int, float]], parents: dict[int, int], coarse_scores: Sequence[float], rank_by: str
+) -> list[tuple[int, float]]:
+    """Order fine candidates (``fine``: (row_id, score), best first) for coarse-to-fine search.
+
+    ``parents``: row_id -> 1-based rank of its best overlapping coarse hit; ``coarse_scores``:
+    the coarse hits' scores in rank order. ``fine`` keeps the fine order and scores; ``rrf``
+    scores 1/(RRF_K + fine rank) + 1/(RRF_K + parent rank); ``product`` the fine score times
+    the parent's score. Ties keep the fine order (a stable sort).
+    """
+    if rank_by == "fine":
+        return list(fine)
+    if rank_by == "rrf":
+        scored = [(row_id, 1 / (RRF_K + rank) + 1 / (RRF_K + parents[row_id]))
+                  for rank, (row_id, _) in enumerate(fine, start=1)]
+    elif rank_by == "product":
+        scored = [(row_id, score * coarse_scores[parents[row_id] - 1]) for row_id, score in fine]
+    else:
+        raise SearchError(f"within_rank must be one of {WITHIN_RANKS}, not {rank_by!r}")
+    return sorted(scored, key=lambda item: -item[1])
 
 
 def not_covered(ranked: Sequence[tuple[str, int, int]], skip_covered: float) -> list[int]:

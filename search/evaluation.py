@@ -139,11 +139,17 @@ def evaluate(
     strategies: Sequence[str] | None = None,
     skip_covered: float | None = None,
     keyword_weight: float = 1.0,
+    within: str | None = None,
+    within_depth: int = 10,
+    within_rank: str = "fine",
 ) -> EvalReport:
     """Score every strategy of the index on the questions at each k.
 
-    ``skip_covered``: overlap-aware top k (``SearchIndex.search``); the report's ``mode``
-    then names it (``mode_label``), so its history is never compared with plain top k."""
+    ``skip_covered``: overlap-aware top k; ``within`` / ``within_depth`` / ``within_rank``:
+    coarse-to-fine search (``SearchIndex.search``): each strategy's row then scores exactly
+    the hits search returns for it inside the coarse strategy's top hits. The report's
+    ``mode`` names these options (``mode_label``), so its history is never compared with
+    plain top k."""
     index.refresh()  # once: every question is scored against the same chunk set
     names = list(strategies) if strategies is not None else index.strategies(refresh=False)
     resolved: dict[str, list[Span]] = {}
@@ -165,7 +171,8 @@ def evaluate(
         per_k: dict[int, list[QuestionScores]] = {k: [] for k in ks}
         for q, vector in zip(scored, vectors):
             hits = index.search(q.question, mode=mode, k=depth, strategy=name, query_vector=vector, refresh=False,
-                                skip_covered=skip_covered, keyword_weight=keyword_weight)
+                                skip_covered=skip_covered, keyword_weight=keyword_weight, within=within,
+                                within_depth=within_depth, within_rank=within_rank)
             ranked = [(h.doc_id, h.char_start, h.char_end) for h in hits]
             refs = resolved[q.id]
             available = sum(1 for span in spans if is_relevant(span, refs))
@@ -174,14 +181,21 @@ def evaluate(
         for k in ks:
             means = mean_scores(per_k[k])
             rows.append(StrategyRow(name, k, len(per_k[k]), chunks=chunks, tokens=tokens, **means))
-    return EvalReport(rows=rows, skipped=skipped, mode=mode_label(mode, skip_covered, keyword_weight))
+    return EvalReport(rows=rows, skipped=skipped, mode=mode_label(mode, skip_covered, keyword_weight, within,
+                                                                  within_depth, within_rank))
 
 
-def mode_label(mode: str, skip_covered: float | None = None, keyword_weight: float = 1.0) -> str:
+def mode_label(mode: str, skip_covered: float | None = None, keyword_weight: float = 1.0,
+               within: str | None = None, within_depth: int = 10, within_rank: str = "fine") -> str:
     """The search mode as recorded in the history: ``vector``, ``vector,skip_covered=0.5``,
-    ``hybrid,keyword_weight=0.5``: results of different options are never compared."""
+    ``hybrid,keyword_weight=0.5``, ``hybrid,within=semantic@10``, ``hybrid,within=semantic@10/rrf``:
+    results of different options are never compared."""
     label = mode if skip_covered is None else f"{mode},skip_covered={skip_covered:g}"
-    return label if mode != "hybrid" or keyword_weight == 1.0 else f"{label},keyword_weight={keyword_weight:g}"
+    if mode == "hybrid" and keyword_weight != 1.0:
+        label += f",keyword_weight={keyword_weight:g}"
+    if within is not None:
+        label += f",within={within}@{within_depth}" + ("" if within_rank == "fine" else f"/{within_rank}")
+    return label
 
 
 def recall_drops(

@@ -113,6 +113,30 @@ def test_bad_context_and_skip_settings_fail_naming_the_key(values, message):
         Settings(**values)
 
 
+def test_coarse_to_fine_search_flows_from_the_toml_to_the_eval_asset(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('search_within = "sw_small"\nsearch_within_depth = 12\nsearch_within_rank = "rrf"\n'
+                      + SW_RETRIEVAL, encoding="utf-8")
+    settings = load_settings(config)
+    assert settings.search_options() == {"skip_covered": None, "within": "sw_small", "within_depth": 12,
+                                         "within_rank": "rrf"}
+    graph = build_project(settings).defs.resolve_asset_graph()
+    assert graph.get(AssetKey("retrieval_eval")).metadata["mode"] == "vector,within=sw_small@12/rrf"
+    assert Settings().search_options()["within"] is None  # off by default
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"search_within": "nope"}, r"search_within: 'nope' is not an enabled strategy or variant; one of: recursive"),
+    ({"search_within": "semantic", "enabled_strategies": ["recursive"]}, r"search_within: 'semantic' is not"),
+    ({"search_within": "sentence", "search_within_depth": 0},
+     r"search_within_depth\s+Input should be greater than or equal to 1"),
+    ({"search_within": "sentence", "search_within_rank": "best"}, r"search_within_rank\s+Input should be 'fine'"),
+])
+def test_bad_coarse_to_fine_settings_fail_naming_the_key(values, message):
+    with pytest.raises(ValueError, match=message):
+        Settings(**values)
+
+
 def test_embed_neighbours_names_only_enabled_strategies():
     settings = Settings(enabled_strategies=["recursive"], embed_neighbours={"paragraph": 64})
     with pytest.raises(ValueError, match=r"not enabled or not registered: \['paragraph'\]"):

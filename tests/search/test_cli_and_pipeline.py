@@ -149,6 +149,27 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     assert main(["search", "x", "--strategy", "nope"]) == 2
     assert "strategy 'nope'" in capsys.readouterr().err
 
+    # Coarse-to-fine: rec_small's chunks from inside recursive's best hit, each shown with its parent.
+    assert main(["search", "fish market dawn", "--strategy", "recursive", "--json", "-k", "1"]) == 0
+    coarse, = json.loads(capsys.readouterr().out)
+    assert main(["search", "fish market dawn", "--strategy", "rec_small", "--within", "recursive",
+                 "--within-depth", "1", "--within-rank", "rrf", "--json", "-k", "2"]) == 0
+    fine = json.loads(capsys.readouterr().out)
+    assert len(fine) == 2 and all((h["within"], h["parent_rank"]) == ("recursive", 1) for h in fine)
+    for hit in fine:
+        assert hit["doc_id"] == coarse["doc_id"] and GUIDE[hit["char_start"]:hit["char_end"]] == hit["text"]
+        assert hit["char_start"] < coarse["char_end"] and hit["char_end"] > coarse["char_start"]
+    assert main(["search", "fish market", "--strategy", "rec_small", "--within", "recursive", "-k", "1"]) == 0
+    assert "[rec_small #1 in recursive #1]" in capsys.readouterr().out
+    monkeypatch.setattr("orchestration.cli_search._settings",
+                        lambda: load_settings(config).model_copy(update={"search_within": "recursive"}))
+    assert main(["search", "fish market", "--strategy", "rec_small", "--json", "-k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["within"] == "recursive"  # the setting applies
+    assert main(["search", "fish market", "--strategy", "rec_small", "--within", "off", "--json", "-k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["within"] is None  # --within off overrides it
+    assert main(["search", "x", "--within", "nope"]) == 2
+    assert "search_within: 'nope' is not an enabled strategy or variant" in capsys.readouterr().err
+
 
 def test_cli_ground_verdicts(ingested, monkeypatch, capsys):
     config, _ = ingested
@@ -184,3 +205,9 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert modes == [("vector", 12), ("vector,skip_covered=0.5", 12)]
     assert main(["eval", "--skip-covered", "2"]) == 2
     assert "--skip-covered must be 0 (off) or a fraction in (0, 1]" in capsys.readouterr().err
+
+    # Coarse-to-fine: its own mode label in the history and the output.
+    assert main(["eval", "--within", "paragraph", "--within-depth", "2"]) == 0
+    assert "mode: vector,within=paragraph@2 " in capsys.readouterr().out
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 12

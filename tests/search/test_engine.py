@@ -254,7 +254,7 @@ def test_skip_covered_never_changes_the_fused_order_of_what_it_keeps(store, monk
     depths = []  # how deep each ranking fed to the fusion went
     for name in ("_vector", "_keyword"):
         real = getattr(idx, name)
-        monkeypatch.setattr(idx, name, lambda table, q, k, d, f, real=real: depths.append(k) or real(table, q, k, d, f))
+        monkeypatch.setattr(idx, name, lambda table, q, k, d, f, *rows, real=real: depths.append(k) or real(table, q, k, d, f, *rows))
     try:
         for k in (1, 5, 10, 20):
             depths.clear()
