@@ -120,7 +120,8 @@ def _tick_time(context: ScheduleEvaluationContext) -> datetime:
 
 def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str, str],
                            cron: str = NIGHTLY_CRON) -> ScheduleDefinition:
-    """``nightly_refresh`` on ``cron`` (UTC): one run per document that needs anything, for exactly those assets."""
+    """``nightly_refresh`` on ``cron`` (UTC): one run per document that needs anything,
+    for exactly the assets it needs (:func:`plan_refresh`)."""
 
     @schedule(
         name="nightly_refresh",

@@ -25,9 +25,10 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
                              # s3_use_ssl, s3_region (credentials: AWS_* environment variables)
 
 Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR,
-CHUNKYARD_EMBEDDING_THREADS (embedding_threads), CHUNKYARD_SCHEDULE_CRON (schedule_cron), and for the store CHUNKYARD_STORE_MODE,
-CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH, CHUNKYARD_STORE_S3_ENDPOINT,
-CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL, CHUNKYARD_STORE_S3_REGION.
+CHUNKYARD_EMBEDDING_THREADS (embedding_threads), CHUNKYARD_SCHEDULE_CRON (schedule_cron), and for
+the store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH,
+CHUNKYARD_STORE_S3_ENDPOINT, CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL,
+CHUNKYARD_STORE_S3_REGION.
 """
 
 from __future__ import annotations
@@ -39,15 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
-
 from dagster._utils.schedules import is_valid_cron_string  # what ScheduleDefinition checks
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
-from resources.embedding import parse_threads
 from orchestration.schedules import NIGHTLY_CRON
+from resources.embedding import parse_threads
 from resources.store import LakeConfig, lake_config
 from search.context import EmbedContext
 
