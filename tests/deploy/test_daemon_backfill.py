@@ -250,7 +250,7 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     from dagster._core.scheduler.instigation import TickStatus
 
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
-    from deploy.local_cluster import LocalCluster
+    from deploy.local_cluster import MAX_CONNECTIONS, LocalCluster
 
     docs = _documents_folder(cluster_root)
     documents = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*") if p.is_file())
@@ -280,6 +280,8 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     with cluster:
         mark("postgres + workers + webserver up")
         assert cluster.env["CHUNKYARD_EXECUTOR"] == "celery"
+        # Room for every process's connections (100 ran out here: a worker died, its run hung).
+        assert cluster.max_connections() >= MAX_CONNECTIONS
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
         sessions.append(cluster.service_procs["webserver"].pid)
