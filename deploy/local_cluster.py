@@ -54,6 +54,12 @@ WORKSPACE = DEPLOY_DIR / "workspace.yaml"
 LOCATION_NAME = "chunkyard"  # deploy/workspace.yaml's code location
 # Lines dagster-daemon logs once it has evaluated a sensor, i.e. loaded the code location.
 DAEMON_READY_MARKERS = ("Checking for new runs for sensor", "for automation_sensor in")
+# PostgreSQL's connection limit for the cluster (initdb's default is 100). Every process holds
+# its own connections (Dagster's storages, the celery broker and result backend, the lake's
+# catalog): the daemon, the webserver, their code servers, each run and each worker. With the
+# daemon, two concurrent celery runs and two workers, 100 ran out ("too many clients already"),
+# a worker died failing to store a step's result, and its run waited for ever.
+MAX_CONNECTIONS = 400
 
 
 class LocalCluster:
@@ -89,8 +95,18 @@ class LocalCluster:
         pgdata.mkdir(parents=True, exist_ok=True)
         # "stop": the server stops when this process exits even if stop() is never reached.
         self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        if self.max_connections() < MAX_CONNECTIONS:
+            # The limit is read only at start-up: set it, stop the server, start it again.
+            self.server.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
+            self.server.cleanup()
+            self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
         for database in ("dagster", "celery"):
             self.create_database(database)
+
+    def max_connections(self) -> int:
+        """The running PostgreSQL's ``max_connections``."""
+        answer = self.server.psql("SHOW max_connections;")
+        return int(next(line for line in answer.splitlines() if line.strip().isdigit()))
 
     def create_database(self, database: str) -> None:
         """``database`` on this cluster's PostgreSQL, created unless it exists (a reused root keeps its data)."""

@@ -123,7 +123,7 @@ def build_project(settings: Settings) -> Project:
                 minimum_interval_seconds=30,
             ),
         ],
-        schedules=[build_nightly_schedule(graph_order, config_hashes)],
+        schedules=[build_nightly_schedule(graph_order, config_hashes, settings.schedule_cron)],
         resources={
             "documents": DocumentsFolder(root=settings.docs_root, limits=settings.limits.as_config()),
             "store": StoreResource(path=settings.db_path, sidecar_dir=settings.sidecar_dir,

@@ -1,11 +1,17 @@
 """The nightly schedule: materialize whatever is missing or stale.
 
+Its cron is the setting ``schedule_cron`` (``CHUNKYARD_SCHEDULE_CRON``; default
+NIGHTLY_CRON, 02:00 every night).
+
 Missing comes from the instance (partitions of an asset never materialized);
 stale from the store (chunks made from an older version of the document, or
 with another config than the strategy's current one). One run per document
 that needs anything, for exactly the assets it needs. A document whose recorded
 failure is for its current bytes is not re-run: it would fail the same way
 (unless the limit that refused it has been raised since: the CLI retries those).
+A document a queued or running run already targets is left to that run: with a cron
+more frequent than the runs are long, each tick would otherwise request it again
+(Dagster de-duplicates a schedule's run keys per tick only).
 """
 
 
@@ -25,6 +31,7 @@ from dagster._check import CheckError
 
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME
 from chunking.limits import DocumentLimits, would_refuse_again
+from orchestration.runlock import documents_in_flight
 from resources.store import ChunkStore, StoreResource
 
 NIGHTLY_CRON = "0 2 * * *"
@@ -44,6 +51,7 @@ def plan_refresh(
     graph_order: list[AssetKey],
     stale_chunks: dict[str, set[str]],
     failures: RecordedFailures = RecordedFailures(),
+    in_flight: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
@@ -51,11 +59,13 @@ def plan_refresh(
     ``chunks_<s>`` and ``embeddings_<s>`` assets are refreshed. A missing asset
     brings everything downstream of it along, since those read what it writes.
     ``failures.settled`` documents are never planned (re-running them would fail
-    the same way); ``failures.retry`` documents get the whole graph.
+    the same way); ``failures.retry`` documents get the whole graph. ``in_flight``
+    documents (a queued or running run targets them) are not planned: that run
+    brings them up to date, and a later tick sees what it left.
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
-        if doc_id in failures.settled:
+        if doc_id in failures.settled or doc_id in in_flight:
             continue
         needed: set[AssetKey] = {k for k in graph_order if doc_id not in materialized.get(k, set())}
         for strategy, docs in stale_chunks.items():
@@ -108,13 +118,17 @@ def _tick_time(context: ScheduleEvaluationContext) -> datetime:
         return datetime.now(timezone.utc)
 
 
-def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str, str]) -> ScheduleDefinition:
+def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str, str],
+                           cron: str = NIGHTLY_CRON) -> ScheduleDefinition:
+    """``nightly_refresh`` on ``cron`` (UTC): one run per document that needs anything,
+    for exactly the assets it needs (:func:`plan_refresh`)."""
+
     @schedule(
         name="nightly_refresh",
-        cron_schedule=NIGHTLY_CRON,
+        cron_schedule=cron,
         target=AssetSelection.assets(*graph_order),
         default_status=DefaultScheduleStatus.RUNNING,
-        description="Nightly: materialize every document asset that is missing or stale.",
+        description=f"On cron {cron!r} (schedule_cron): materialize every document asset that is missing or stale.",
     )
     def nightly_refresh(context: ScheduleEvaluationContext, store: StoreResource):
         instance = context.instance
@@ -122,8 +136,10 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store.store(), config_hashes)
         failures = recorded_failures(store.store())
-        stamp = _tick_time(context).strftime("%Y%m%d")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures).items():
+        in_flight = set(documents_in_flight(instance, partitions))
+        # The tick's minute: a run key per tick and document, whatever the cron.
+        stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures, in_flight).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

@@ -25,9 +25,10 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
                              # s3_use_ssl, s3_region (credentials: AWS_* environment variables)
 
 Environment: CHUNKYARD_CONFIG (the file), CHUNKYARD_DOCS, CHUNKYARD_DB, CHUNKYARD_EXECUTOR,
-CHUNKYARD_EMBEDDING_THREADS (embedding_threads), and for the store CHUNKYARD_STORE_MODE,
-CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH, CHUNKYARD_STORE_S3_ENDPOINT,
-CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL, CHUNKYARD_STORE_S3_REGION.
+CHUNKYARD_EMBEDDING_THREADS (embedding_threads), CHUNKYARD_SCHEDULE_CRON (schedule_cron), and for
+the store CHUNKYARD_STORE_MODE, CHUNKYARD_STORE_CATALOG, CHUNKYARD_STORE_DATA_PATH,
+CHUNKYARD_STORE_S3_ENDPOINT, CHUNKYARD_STORE_S3_URL_STYLE, CHUNKYARD_STORE_S3_USE_SSL,
+CHUNKYARD_STORE_S3_REGION.
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from dagster._utils.schedules import is_valid_cron_string  # what ScheduleDefinition checks
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 
 from chunking.embedding import DEFAULT_MODEL
 from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
+from orchestration.schedules import NIGHTLY_CRON
 from resources.embedding import parse_threads
 from resources.store import LakeConfig, lake_config
 from search.context import EmbedContext
 
+SCHEDULE_CRON_ENV = "CHUNKYARD_SCHEDULE_CRON"
 STORE_ENV = {"mode": "CHUNKYARD_STORE_MODE", "catalog": "CHUNKYARD_STORE_CATALOG",
              "data_path": "CHUNKYARD_STORE_DATA_PATH", "s3_endpoint": "CHUNKYARD_STORE_S3_ENDPOINT",
              "s3_url_style": "CHUNKYARD_STORE_S3_URL_STYLE", "s3_use_ssl": "CHUNKYARD_STORE_S3_USE_SSL",
@@ -177,6 +181,17 @@ class Settings(BaseModel):
     # (each step is a task on Dagster's celery workers, on any machine; deploy/README.md).
     executor: str = Field("in_process", pattern="^(in_process|multiprocess|celery)$")
     store: StoreSettings = Field(default_factory=StoreSettings)
+    # When the nightly_refresh schedule ticks (UTC cron; orchestration/schedules.py).
+    schedule_cron: str = NIGHTLY_CRON
+
+    @field_validator("schedule_cron")
+    @classmethod
+    def _cron_is_valid(cls, value: str) -> str:
+        # Checked here, naming the key: Dagster would refuse it only when the definitions load.
+        if not is_valid_cron_string(value):
+            raise ValueError(f"schedule_cron ({SCHEDULE_CRON_ENV}): {value!r} is not a cron string; "
+                             "expected five fields such as '0 2 * * *' (02:00 UTC every day) or '*/15 * * * *'")
+        return value
 
     @field_validator("embedding_threads", mode="before")
     @classmethod
@@ -283,6 +298,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         values["executor"] = os.environ["CHUNKYARD_EXECUTOR"]
     if os.environ.get("CHUNKYARD_EMBEDDING_THREADS"):
         values["embedding_threads"] = os.environ["CHUNKYARD_EMBEDDING_THREADS"]
+    if os.environ.get(SCHEDULE_CRON_ENV):
+        values["schedule_cron"] = os.environ[SCHEDULE_CRON_ENV]
     for key, variable in STORE_ENV.items():
         if os.environ.get(variable):
             values["store"] = {**values.get("store", {}), key: os.environ[variable]}

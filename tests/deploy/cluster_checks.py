@@ -58,13 +58,14 @@ class LakeContents:
     chunk_counts: dict[tuple[str, str], tuple[int, int, int, int]]
     embedded: dict[tuple[str, str], int]  # (doc_id, strategy) -> embeddings
     texts: dict[tuple[str, str], list[str]]  # (doc_id, strategy) -> chunk texts in index order
+    document_sha: dict[str, str]  # doc_id -> the documents row's sha256 (of the bytes last read)
+    chunk_doc_sha: dict[tuple[str, str], set[str]]  # (doc_id, strategy) -> the chunks' doc_sha256 values
 
 
-def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
-    """The cluster lake's documents, chunks and embeddings (``scratch``: a folder for the reader's file).
-
-    Call it while the cluster's PostgreSQL runs; it detaches before returning.
-    """
+@contextmanager
+def lake_store(env: dict[str, str], scratch: Path) -> Iterator[object]:
+    """A ChunkStore on the cluster's lake, as the cluster's processes reach it (``scratch``: a
+    folder for the store's own file). Use it while the cluster's PostgreSQL runs; it detaches on exit."""
     from resources.store import ChunkStore, close_lakes, lake_config
 
     # The cluster's [store] settings as its processes read them; credentials of an s3:// lake from its AWS_*.
@@ -73,17 +74,7 @@ def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
     saved = {name: os.environ.get(name) for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
     os.environ.update({name: env[name] for name in saved if env.get(name)})
     try:
-        with ChunkStore(scratch / "reader.duckdb", lake=lake).connect(read_only=True) as con:
-            parsed = {row[0] for row in con.sql("SELECT doc_id FROM documents WHERE status = 'parsed'").fetchall()}
-            chunk_counts = {(d, s): (n, distinct, first, last) for d, s, n, distinct, first, last in con.sql("""
-                SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
-                FROM chunks GROUP BY ALL""").fetchall()}
-            embedded = {(d, s): n for d, s, n in con.sql(
-                "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall()}
-            texts: dict[tuple[str, str], list[str]] = {}
-            for d, s, text in con.sql(
-                    "SELECT doc_id, strategy, text FROM chunks ORDER BY doc_id, strategy, chunk_index").fetchall():
-                texts.setdefault((d, s), []).append(text)
+        yield ChunkStore(scratch / "reader.duckdb", lake=lake)
     finally:
         close_lakes()  # before the cluster stops PostgreSQL
         for name, value in saved.items():
@@ -91,7 +82,52 @@ def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return LakeContents(parsed, chunk_counts, embedded, texts)
+
+
+def read_lake(env: dict[str, str], scratch: Path) -> LakeContents:
+    """The cluster lake's documents, chunks and embeddings (``scratch``: a folder for the reader's file).
+
+    Call it while the cluster's PostgreSQL runs; it detaches before returning.
+    """
+    with lake_store(env, scratch) as store, store.connect(read_only=True) as con:
+        documents = con.sql("SELECT doc_id, sha256, status FROM documents").fetchall()
+        chunk_counts = {(d, s): (n, distinct, first, last) for d, s, n, distinct, first, last in con.sql("""
+            SELECT doc_id, strategy, count(*), count(DISTINCT chunk_index), min(chunk_index), max(chunk_index)
+            FROM chunks GROUP BY ALL""").fetchall()}
+        embedded = {(d, s): n for d, s, n in con.sql(
+            "SELECT doc_id, strategy, count(*) FROM chunk_embeddings GROUP BY ALL").fetchall()}
+        texts: dict[tuple[str, str], list[str]] = {}
+        chunk_doc_sha: dict[tuple[str, str], set[str]] = {}
+        for d, s, text, sha in con.sql("SELECT doc_id, strategy, text, doc_sha256 FROM chunks "
+                                       "ORDER BY doc_id, strategy, chunk_index").fetchall():
+            texts.setdefault((d, s), []).append(text)
+            chunk_doc_sha.setdefault((d, s), set()).add(sha)
+    return LakeContents({d for d, _, status in documents if status == "parsed"}, chunk_counts, embedded, texts,
+                        {d: sha for d, sha, _ in documents}, chunk_doc_sha)
+
+
+def celery_steps(instance, runs) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]]]:
+    """(run id, step key) -> the celery worker that executed it, and the steps that succeeded, of ``runs``.
+
+    The worker is the "Celery worker" metadata of the step's engine event, which dagster-celery's
+    task logs from the worker that took the step.
+    """
+    from dagster import DagsterEventType
+
+    workers: dict[tuple[str, str], str] = {}
+    succeeded: set[tuple[str, str]] = set()
+    for run in runs:
+        for record in instance.all_logs(run.run_id):
+            event = record.dagster_event
+            if event is None:
+                continue
+            if event.event_type == DagsterEventType.STEP_SUCCESS:
+                succeeded.add((run.run_id, event.step_key))
+            elif event.event_type == DagsterEventType.ENGINE_EVENT:
+                worker = event.engine_event_data.metadata.get("Celery worker")
+                if worker is not None:
+                    workers[(run.run_id, event.step_key)] = worker.value
+    return workers, succeeded
 
 
 def assert_every_document_once(lake: LakeContents, expected_docs: set[str]) -> None:

@@ -21,32 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster_checks import assert_every_document_once, cluster_instance, read_lake, still_running
+from cluster_checks import assert_every_document_once, celery_steps, cluster_instance, read_lake, still_running
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "examples" / "docs"
-
-
-def _celery_steps(instance) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]], list]:
-    """(run id, step key) -> celery worker, the steps that succeeded, and every run."""
-    from dagster import DagsterEventType
-
-    workers: dict[tuple[str, str], str] = {}
-    succeeded: set[tuple[str, str]] = set()
-    runs = list(instance.get_runs())
-    for run in runs:
-        for record in instance.all_logs(run.run_id):
-            event = record.dagster_event
-            if event is None:
-                continue
-            if event.event_type == DagsterEventType.STEP_SUCCESS:
-                succeeded.add((run.run_id, event.step_key))
-            elif event.event_type == DagsterEventType.ENGINE_EVENT:
-                worker = event.engine_event_data.metadata.get("Celery worker")
-                if worker is not None:
-                    workers[(run.run_id, event.step_key)] = worker.value
-    return workers, succeeded, runs
 
 
 @pytest.mark.e2e
@@ -72,7 +51,8 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
             assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"  # deploy/dagster.yaml
             # The queue's limit comes from the environment (CHUNKYARD_MAX_CONCURRENT_RUNS).
             assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
-            workers, succeeded, runs = _celery_steps(instance)
+            runs = list(instance.get_runs())
+            workers, succeeded = celery_steps(instance, runs)
 
         # Every document's chunks landed once in the lake, for every strategy, one embedding per chunk.
         lake = read_lake(cluster.env, tmp_path)

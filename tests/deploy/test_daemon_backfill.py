@@ -1,32 +1,41 @@
-"""deploy/ with its daemon and webserver: a backfill runs as range runs, the queue's limit holds.
+"""deploy/ with its daemon, webserver and two celery workers: backfill, sensor, automation, schedule.
 
 One purposeful, slow test. deploy/local_cluster.py starts PostgreSQL (Dagster's instance on
-deploy/dagster.yaml, the DuckLake catalog), ``dagster-webserver`` and ``dagster-daemon`` on
-deploy/workspace.yaml, as deploy/README.md tells a user. Through the webserver's GraphQL
-(the calls the UI makes) the test stops the documents sensor, adds the six documents'
-partitions and launches a partition backfill of every document asset; the daemon does the
-rest. Range size 2 (CHUNKYARD_DOCUMENTS_PER_RUN) and a queue of 2
-(CHUNKYARD_MAX_CONCURRENT_RUNS): three range runs, so the queue must hold one back.
-The runs execute their steps in their own process (CHUNKYARD_EXECUTOR=in_process): the
-celery executor is tests/deploy/test_celery_cluster.py's subject, and the daemon does not
-care which executor a run uses.
+deploy/dagster.yaml, the DuckLake catalog, the celery broker), two celery workers,
+``dagster-webserver`` and ``dagster-daemon`` on deploy/workspace.yaml, as deploy/README.md
+tells a user (``local_cluster.py --workers 2 --daemon --webserver PORT``). Through the
+webserver's GraphQL (the calls the UI makes) the test stops the documents sensor and the
+schedule, adds the six documents' partitions and launches a partition backfill of every
+document asset; the daemon does the rest. Range size 2 (CHUNKYARD_DOCUMENTS_PER_RUN) and a
+queue of 2 (CHUNKYARD_MAX_CONCURRENT_RUNS): three range runs, so the queue must hold one
+back. Every run uses the celery executor (CHUNKYARD_EXECUTOR=celery): the daemon launches
+the run, the run sends each step to the workers. The schedule's cron is every minute
+(CHUNKYARD_SCHEDULE_CRON) instead of 02:00.
 
-From the instance (PostgreSQL) and the lake it proves that
+From the instance (PostgreSQL), the event log and the lake it proves that
 
 * the backfill made three runs, each over its own range of two documents (disjoint, covering
   all six), each materializing only its own documents, every asset of every document once;
+* every step of every run executed on a celery worker (the "Celery worker" of its engine
+  event), and the backfill's steps on both workers;
 * at most CHUNKYARD_MAX_CONCURRENT_RUNS runs were running at any moment, and at least two
   overlapped (RUN_START to RUN_SUCCESS events);
 * every run succeeded and the lake holds every document's chunks once per strategy;
 * declarative automation requested nothing for documents the backfill had in hand;
 * then, with the documents sensor started again, one file edited and another only touched,
   the sensor (ticked by the daemon) requests one run for the edited document only,
-  raw_documents, and declarative
-  automation (the daemon's automation sensor) brings that document's parse, chunks and
-  embeddings up to date: the lake holds its new text for every strategy, the other
-  documents' chunks are unchanged;
+  raw_documents, and declarative automation (the daemon's automation sensor) brings that
+  document's parse, chunks and embeddings up to date: the lake holds its new text for every
+  strategy, the other documents' chunks are unchanged;
+* then, with two strategies' chunks of one document marked as made from older bytes (their
+  doc_sha256, what the schedule's staleness reads) and the schedule started, the daemon's
+  scheduler ticks at a minute boundary and its tick launches exactly the one run the plan
+  asks for (that document, those strategies' chunks and embeddings), which succeeds; no
+  other tick launches anything (ticks during the run leave the document to it), a tick after
+  it is skipped, and the lake holds that document's chunks re-made from its current bytes
+  (same texts), everything else unchanged;
 * nothing the cluster started outlives it (webserver, daemon, their code servers and runs,
-  PostgreSQL).
+  the workers, PostgreSQL).
 """
 
 from __future__ import annotations
@@ -40,7 +49,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster_checks import assert_every_document_once, cluster_instance, read_lake, still_running
+from cluster_checks import (
+    assert_every_document_once,
+    celery_steps,
+    cluster_instance,
+    lake_store,
+    read_lake,
+    still_running,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "docs"
@@ -49,9 +65,13 @@ MAX_CONCURRENT_RUNS = 2
 EDITED = "field-guide.txt"
 TOUCHED = "getting-started.md"
 MARKER = "Quokkalighthouse"  # a word no example document contains
+STALE = "copies/getting-started.md"  # whose chunks of two strategies the test marks stale for the schedule
+SCHEDULE_CRON = "* * * * *"  # CHUNKYARD_SCHEDULE_CRON: a tick every minute instead of 02:00
+WORKERS = 2
 # Failure bounds only (the machine may be loaded); the test is done when the work is.
 BACKFILL_TIMEOUT_S = 1200
 FOLLOW_UP_TIMEOUT_S = 900
+SCHEDULE_TIMEOUT_S = 900
 
 REPOSITORY = {"repositoryName": "__repository__", "repositoryLocationName": "chunkyard"}
 ERROR = "__typename ... on Error { message }"
@@ -61,6 +81,13 @@ STOP_SENSOR = f"""mutation ($id: String) {{ stopSensor(id: $id) {{
     {ERROR} ... on StopSensorMutationResult {{ instigationState {{ status }} }} }} }}"""
 START_SENSOR = f"""mutation ($selector: SensorSelector!) {{ startSensor(sensorSelector: $selector) {{
     {ERROR} ... on Sensor {{ sensorState {{ status }} }} }} }}"""
+SCHEDULE_SELECTOR = {**REPOSITORY, "scheduleName": "nightly_refresh"}
+SCHEDULE = f"""query ($selector: ScheduleSelector!) {{ scheduleOrError(scheduleSelector: $selector) {{
+    {ERROR} ... on Schedule {{ cronSchedule scheduleState {{ id status }} }} }} }}"""
+STOP_SCHEDULE = f"""mutation ($id: String) {{ stopRunningSchedule(id: $id) {{
+    {ERROR} ... on ScheduleStateResult {{ scheduleState {{ status }} }} }} }}"""
+START_SCHEDULE = f"""mutation ($selector: ScheduleSelector!) {{ startSchedule(scheduleSelector: $selector) {{
+    {ERROR} ... on ScheduleStateResult {{ scheduleState {{ status }} }} }} }}"""
 ADD_PARTITION = f"""mutation ($repo: RepositorySelector!, $name: String!, $key: String!) {{
     addDynamicPartition(repositorySelector: $repo, partitionsDefName: $name, partitionKey: $key) {{ {ERROR} }} }}"""
 LAUNCH_BACKFILL = f"""mutation ($params: LaunchBackfillParams!) {{ launchPartitionBackfill(backfillParams: $params) {{
@@ -165,6 +192,33 @@ def _all_runs_finished(instance) -> bool:
     return not instance.get_runs(RunsFilter(statuses=unfinished))
 
 
+def _failure_report(instance, run, cluster_root: Path) -> str:
+    """A failed run's tags and selection, its error events' messages, and the end of each worker's log."""
+    from dagster import DagsterEventType
+
+    errors = [f"  {record.dagster_event.event_type_value} {record.dagster_event.step_key or ''}: "
+              f"{record.dagster_event.message or ''} {getattr(record.dagster_event.event_specific_data, 'error', '') or ''}"
+              for record in instance.all_logs(run.run_id, of_type={
+                  DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE, DagsterEventType.ENGINE_EVENT})
+              if record.dagster_event.event_type != DagsterEventType.ENGINE_EVENT
+              or "error" in (record.dagster_event.message or "").lower()]
+    logs = [f"--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            for log in sorted((cluster_root / "worker_logs").glob("*.log"))]
+    selection = sorted(key.to_user_string() for key in run.asset_selection or [])
+    return "\n".join([f"run {run.run_id} {run.status}: tags {run.tags}, assets {selection}", *errors, *logs])
+
+
+def _schedule_ticks(instance, name: str) -> list:
+    """Every tick of schedule ``name`` in the instance's schedule storage (PostgreSQL), oldest first."""
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    states = [state for state in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
+              if state.name == name]
+    assert len(states) == 1, states
+    return sorted(instance.get_ticks(states[0].instigator_origin_id, states[0].selector_id),
+                  key=lambda tick: tick.timestamp)
+
+
 def _session_members(session_id: int) -> list[int]:
     """Live processes whose session is ``session_id`` (each service runs in its own session)."""
     members = []
@@ -189,23 +243,31 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         AUTOMATION_CONDITION_TAG,
         BACKFILL_ID_TAG,
         PARTITION_NAME_TAG,
+        RUN_KEY_TAG,
+        SCHEDULE_NAME_TAG,
         SENSOR_NAME_TAG,
     )
+    from dagster._core.scheduler.instigation import TickStatus
 
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
-    from deploy.local_cluster import LocalCluster
+    from deploy.local_cluster import MAX_CONNECTIONS, LocalCluster
 
     docs = _documents_folder(cluster_root)
     documents = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*") if p.is_file())
     assert len(documents) == 6 and EDITED in documents
+    assert STALE in documents and STALE not in (EDITED, TOUCHED)
     document_assets = _document_assets()
+    stale_strategies = [name[0].removeprefix("chunks_") for name in document_assets if name[0].startswith("chunks_")][:2]
+    # The schedule's plan for STALE: those two strategies' chunks and embeddings, in graph order.
+    stale_assets = [f"{kind}_{strategy}" for strategy in stale_strategies for kind in ("chunks", "embeddings")]
     run_env = {
         "CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"),
         "CHUNKYARD_DOCS": str(docs),
-        "CHUNKYARD_EXECUTOR": "in_process",
         "CHUNKYARD_DOCUMENTS_PER_RUN": str(DOCS_PER_RUN),
+        "CHUNKYARD_SCHEDULE_CRON": SCHEDULE_CRON,
     }
-    cluster = LocalCluster(cluster_root, workers=0, max_concurrent_runs=MAX_CONCURRENT_RUNS,
+    # CHUNKYARD_EXECUTOR=celery (LocalCluster's with workers): every step of every run goes to a worker.
+    cluster = LocalCluster(cluster_root, workers=WORKERS, max_concurrent_runs=MAX_CONCURRENT_RUNS,
                            webserver_port=_free_port(), extra_env=run_env)
     sessions: list[int] = []
     # Seconds from the start at each stage, printed at the end (pytest -s shows them): where the time goes.
@@ -216,9 +278,14 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         marks[stage] = round(time.monotonic() - started, 1)
 
     with cluster:
-        mark("postgres + webserver up")
+        mark("postgres + workers + webserver up")
+        assert cluster.env["CHUNKYARD_EXECUTOR"] == "celery"
+        # Room for every process's connections (100 ran out here: a worker died, its run hung).
+        assert cluster.max_connections() >= MAX_CONNECTIONS
+        worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
         sessions.append(cluster.service_procs["webserver"].pid)
+        sessions += [proc.pid for proc in cluster.worker_procs]
 
         # -- through the webserver, as a user in the UI: sensor off, partitions, backfill --------
         state = _ok(cluster.graphql(SENSOR, {"selector": _sensor_selector("documents_sensor")})["sensorOrError"],
@@ -226,6 +293,12 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         assert state["status"] == "RUNNING"  # its default: it would ingest the folder itself
         stopped = _ok(cluster.graphql(STOP_SENSOR, {"id": state["id"]})["stopSensor"], "StopSensorMutationResult")
         assert stopped["instigationState"]["status"] == "STOPPED"
+        # The schedule too (running by default, every minute here): it would plan the new documents itself.
+        schedule = _ok(cluster.graphql(SCHEDULE, {"selector": SCHEDULE_SELECTOR})["scheduleOrError"], "Schedule")
+        assert schedule["cronSchedule"] == SCHEDULE_CRON  # CHUNKYARD_SCHEDULE_CRON reached the definitions
+        assert schedule["scheduleState"]["status"] == "RUNNING"
+        _ok(cluster.graphql(STOP_SCHEDULE, {"id": schedule["scheduleState"]["id"]})["stopRunningSchedule"],
+            "ScheduleStateResult")
         for key in documents:
             _ok(cluster.graphql(ADD_PARTITION, {"repo": REPOSITORY, "name": DOCUMENTS_PARTITIONS_NAME, "key": key})[
                 "addDynamicPartition"], "AddDynamicPartitionSuccess")
@@ -273,11 +346,50 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
             mark("edited document refreshed")
             _wait(lambda: _all_runs_finished(instance), FOLLOW_UP_TIMEOUT_S, "every run finishing", cluster)
             mark("every run finished")
+            lake_after_edit = read_lake(cluster.env, tmp_path)
+
+            # -- the schedule, ticked by the daemon: two strategies' chunks of STALE from older bytes --
+            with lake_store(cluster.env, tmp_path) as store:  # re-run if a late automation run's write conflicts
+                store.write_transaction(lambda con: con.execute(
+                    "UPDATE chunks SET doc_sha256 = 'older-bytes' WHERE doc_id = ? "
+                    "AND strategy IN (SELECT unnest(?::VARCHAR[]))", [STALE, stale_strategies]))
+            lake_made_stale = read_lake(cluster.env, tmp_path)
+            schedule_started = time.time()
+            started_schedule = _ok(cluster.graphql(START_SCHEDULE, {"selector": SCHEDULE_SELECTOR})["startSchedule"],
+                                   "ScheduleStateResult")
+            assert started_schedule["scheduleState"]["status"] == "RUNNING"
+
+            def schedule_runs() -> list:
+                return list(instance.get_runs(RunsFilter(tags={SCHEDULE_NAME_TAG: "nightly_refresh"})))
+
+            def schedule_settled() -> bool:
+                """The schedule's run(s) finished and a later tick found nothing to do (or a run failed)."""
+                runs = schedule_runs()
+                if any(run.is_finished and run.status != DagsterRunStatus.SUCCESS for run in runs):
+                    return True  # the assertions below say which
+                if not runs or not all(run.is_finished for run in runs):
+                    return False
+                last_end = max(_run_interval(instance, run.run_id)[1] for run in runs)
+                return any(tick.status == TickStatus.SKIPPED and tick.timestamp > last_end
+                           for tick in _schedule_ticks(instance, "nightly_refresh"))
+
+            _wait(schedule_settled, SCHEDULE_TIMEOUT_S, "the schedule's tick, its run and a later tick", cluster)
+            mark("schedule's run done, a later tick skipped")
+            _ok(cluster.graphql(STOP_SCHEDULE, {"id": schedule["scheduleState"]["id"]})["stopRunningSchedule"],
+                "ScheduleStateResult")
+            _wait(lambda: _all_runs_finished(instance), FOLLOW_UP_TIMEOUT_S, "every run finishing", cluster)
+            ticks = _schedule_ticks(instance, "nightly_refresh")
+            scheduled_runs = schedule_runs()
             all_records = instance.get_run_records()
             all_runs = [record.dagster_run for record in all_records]
             created = {record.dagster_run.run_id: record.create_timestamp.timestamp() for record in all_records}
             all_intervals = [_run_interval(instance, run.run_id) for run in all_runs]
-            lake_after_edit = read_lake(cluster.env, tmp_path)
+            scheduled_materialized = [_materialized_partitions(instance, run.run_id) for run in scheduled_runs]
+            step_workers, steps_succeeded = celery_steps(instance, all_runs)
+            lake_after_schedule = read_lake(cluster.env, tmp_path)
+            # Why a run failed, while its events and the workers' logs still exist.
+            failures = {run.run_id: _failure_report(instance, run, cluster.root)
+                        for run in all_runs if run.status != DagsterRunStatus.SUCCESS}
 
     mark("cluster stopped")
     # Where the time goes (pytest -s shows it): the stages, and each run's start and end.
@@ -285,9 +397,13 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     print("stages, s since the test started:", marks, file=sys.stderr)
     print("runs (start s, end s, launched by, partition or range start):", sorted(
         (round(start - first_start), round(end - first_start),
-         run.tags.get(SENSOR_NAME_TAG) or ("backfill" if BACKFILL_ID_TAG in run.tags else "-"),
+         run.tags.get(SENSOR_NAME_TAG) or run.tags.get(SCHEDULE_NAME_TAG)
+         or ("backfill" if BACKFILL_ID_TAG in run.tags else "-"),
          run.tags.get(PARTITION_NAME_TAG) or run.tags.get(ASSET_PARTITION_RANGE_START_TAG) or "-")
         for run, (start, end) in zip(all_runs, all_intervals)), file=sys.stderr)
+    print("schedule ticks (s since the schedule started, status, runs):",
+          [(round(tick.timestamp - schedule_started), tick.status.value, len(tick.run_ids)) for tick in ticks],
+          file=sys.stderr)
 
     # -- the backfill --------------------------------------------------------------------------
     assert len(backfill_runs) == len(documents) // DOCS_PER_RUN == 3
@@ -300,13 +416,12 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     assert_every_document_once(lake_after_backfill, set(documents))
 
     # -- the queue's limit, over every run the daemon launched ----------------------------------
-    assert all(run.status == DagsterRunStatus.SUCCESS for run in all_runs), [
-        (run.run_id, run.status, run.tags) for run in all_runs if run.status != DagsterRunStatus.SUCCESS]
+    assert not failures, "\n\n".join(failures.values())
     assert max_overlap(all_intervals) <= MAX_CONCURRENT_RUNS, all_intervals
 
     # -- automation stayed out of the backfill's documents; the sensor asked for the edit only ---
     backfill_ids = {run.run_id for run in backfill_runs}
-    others = [run for run in all_runs if run.run_id not in backfill_ids]
+    others = [run for run in all_runs if run.run_id not in backfill_ids and created[run.run_id] < schedule_started]
     sensor_runs = [run for run in others if run.tags.get(SENSOR_NAME_TAG) == "documents_sensor"]
     assert len(sensor_runs) == 1, [(r.tags, r.asset_selection) for r in sensor_runs]
     assert sensor_runs[0].tags[PARTITION_NAME_TAG] == EDITED
@@ -327,6 +442,44 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         else:
             assert texts == lake_after_backfill.texts[(doc_id, strategy)], (doc_id, strategy)
     assert not any(MARKER in t for texts in lake_after_backfill.texts.values() for t in texts)
+
+    # -- every step of every run ran on a celery worker; the backfill's range runs used both ----
+    assert steps_succeeded, "no step succeeded"
+    missing = steps_succeeded - set(step_workers)
+    assert not missing, f"steps that did not run on a celery worker: {sorted(missing)[:5]}"
+    assert set(step_workers.values()) <= set(worker_names), (step_workers, worker_names)
+    backfill_workers = {worker for (run_id, _), worker in step_workers.items() if run_id in backfill_ids}
+    assert backfill_workers == set(worker_names) and len(worker_names) == WORKERS, (backfill_workers, worker_names)
+
+    # -- the schedule: its cron tick launched the one run its plan asks for, and no more --------
+    assert lake_made_stale.chunk_doc_sha[(STALE, stale_strategies[0])] == {"older-bytes"}  # the premise
+    assert len(scheduled_runs) == 1, [(r.run_id, r.tags) for r in scheduled_runs]
+    scheduled = scheduled_runs[0]
+    assert scheduled.status == DagsterRunStatus.SUCCESS
+    assert scheduled.tags[PARTITION_NAME_TAG] == STALE
+    assert scheduled.tags[RUN_KEY_TAG].startswith("nightly:") and scheduled.tags[RUN_KEY_TAG].endswith(f":{STALE}")
+    assert sorted(key.to_user_string() for key in scheduled.asset_selection) == sorted(stale_assets)
+    assert sorted(scheduled_materialized[0]) == sorted((asset, STALE) for asset in stale_assets)
+    assert created[scheduled.run_id] > schedule_started
+    assert {tick.status for tick in ticks} <= {TickStatus.SUCCESS, TickStatus.SKIPPED}, [
+        (tick.status, tick.tick_data.error) for tick in ticks]
+    launching = [tick for tick in ticks if tick.run_ids]
+    assert len(launching) == 1 and list(launching[0].run_ids) == [scheduled.run_id], [
+        (tick.status, tick.run_ids) for tick in ticks]
+    assert launching[0].status == TickStatus.SUCCESS and launching[0].timestamp > schedule_started
+    # Nothing else was asked for STALE (or any document) while the schedule ran: the sensor saw no
+    # change and automation nothing new; ticks during the run left STALE to it (in flight).
+    after_schedule = [run for run in all_runs if created[run.run_id] > schedule_started and PARTITION_NAME_TAG in run.tags]
+    assert [run.run_id for run in after_schedule] == [scheduled.run_id], [r.tags for r in after_schedule]
+
+    # -- the lake after the schedule's run: STALE's two strategies re-chunked from its current bytes --
+    assert_every_document_once(lake_after_schedule, set(documents))
+    assert lake_after_schedule.document_sha == lake_after_edit.document_sha
+    for pair, texts in lake_after_schedule.texts.items():
+        assert texts == lake_after_edit.texts[pair], pair  # the same bytes make the same chunks
+        assert lake_after_schedule.chunk_doc_sha[pair] == lake_after_edit.chunk_doc_sha[pair], pair
+    assert all(lake_after_edit.chunk_doc_sha[(STALE, s)] == {lake_after_edit.document_sha[STALE]}
+               for s in stale_strategies)
 
     # -- nothing started by the cluster is left running ----------------------------------------
     assert not still_running([postgres_pid] + [pid for session in sessions for pid in _session_members(session)])

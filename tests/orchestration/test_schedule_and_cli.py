@@ -64,3 +64,63 @@ def test_nightly_schedule_requests_missing_and_stale_documents(settings, instanc
     assert {k.to_user_string() for k in stale.asset_selection} == {
         f"{kind}_{s}" for s in project.config_hashes for kind in ("chunks", "embeddings")
     }
+
+
+def test_plan_refresh_leaves_documents_in_flight_to_their_run():
+    nothing = {k: set() for k in ORDER}
+    assert plan_refresh(["a", "b"], nothing, ORDER, {}, in_flight={"a"}) == {"b": ORDER}
+    assert plan_refresh(["a", "b"], nothing, ORDER, {}, in_flight={"a", "b"}) == {}
+
+
+def test_schedule_cron_setting_reaches_the_schedule_and_is_validated(settings, monkeypatch, tmp_path):
+    import pytest
+    from pydantic import ValidationError
+
+    from orchestration.definitions import build_project
+    from orchestration.schedules import NIGHTLY_CRON
+    from orchestration.settings import load_settings
+
+    def nightly_cron(project_settings) -> str:
+        return build_project(project_settings).defs.resolve_schedule_def("nightly_refresh").cron_schedule
+
+    assert settings.schedule_cron == NIGHTLY_CRON == "0 2 * * *"  # unchanged for who sets nothing
+    assert nightly_cron(settings) == NIGHTLY_CRON
+
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('schedule_cron = "30 3 * * 1"\n', encoding="utf-8")
+    assert load_settings(config).schedule_cron == "30 3 * * 1"
+    monkeypatch.setenv("CHUNKYARD_SCHEDULE_CRON", "* * * * *")  # the environment wins over the file
+    every_minute = load_settings(config)
+    assert every_minute.schedule_cron == "* * * * *"
+    assert nightly_cron(settings.model_copy(update={"schedule_cron": "* * * * *"})) == "* * * * *"
+
+    for bad in ("61 * * * *", "every night", "* * * *"):
+        monkeypatch.setenv("CHUNKYARD_SCHEDULE_CRON", bad)
+        with pytest.raises(ValidationError, match=r"schedule_cron \(CHUNKYARD_SCHEDULE_CRON\): .* is not a cron string"):
+            load_settings(config)
+
+
+def test_schedule_skips_a_document_a_running_run_already_targets(settings, instance, docs_dir):
+    """A cron tick while an earlier tick's run is still running must not request the document again."""
+    from dagster import DagsterRunStatus, build_schedule_context
+    from dagster._core.storage.tags import PARTITION_NAME_TAG
+    from dagster._core.test_utils import create_run_for_test
+
+    from orchestration.definitions import build_project
+    from resources.store import StoreResource
+
+    project = build_project(settings)
+    schedule = project.defs.resolve_schedule_def("nightly_refresh")
+    instance.add_dynamic_partitions("documents", ["alpha.md", "sub/beta.txt"])
+    context = build_schedule_context(
+        instance=instance, resources={"store": StoreResource(path=settings.db_path)},
+        repository_def=project.defs.get_repository_def(),
+    )
+    assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
+
+    running = create_run_for_test(instance, job_name="ingest_job", status=DagsterRunStatus.STARTED,
+                                  tags={PARTITION_NAME_TAG: "alpha.md"})
+    assert [r.partition_key for r in schedule.evaluate_tick(context).run_requests] == ["sub/beta.txt"]
+
+    instance.report_run_failed(running)  # finished (and alpha still missing): planned again
+    assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
