@@ -47,23 +47,26 @@ def test_nightly_schedule_requests_missing_and_stale_documents(settings, instanc
     job = project.defs.resolve_job_def("ingest_job")
     assert job.execute_in_process(instance=instance, partition_key="alpha.md").success
 
-    context = build_schedule_context(
+    # Entered and exited: the context enters an instance of its own, which sets Dagster's
+    # current defs-state storage; left open, that storage outlives its instance and every
+    # later definitions load in this process fails ("undefined DagsterInstance weakref").
+    with build_schedule_context(
         instance=instance, resources={"store": StoreResource(path=settings.db_path)},
         repository_def=project.defs.get_repository_def(),
-    )
-    requests = list(schedule.evaluate_tick(context).run_requests)
-    # beta was never materialized: it needs the whole graph; alpha is complete and fresh.
-    assert [r.partition_key for r in requests] == ["sub/beta.txt"]
-    assert list(requests[0].asset_selection) == project.graph_order
+    ) as context:
+        requests = list(schedule.evaluate_tick(context).run_requests)
+        # beta was never materialized: it needs the whole graph; alpha is complete and fresh.
+        assert [r.partition_key for r in requests] == ["sub/beta.txt"]
+        assert list(requests[0].asset_selection) == project.graph_order
 
-    # alpha's chunks go stale when its stored content hash moves on.
-    with ChunkStore(settings.db_path).transaction() as con:
-        con.execute("UPDATE documents SET sha256 = 'changed' WHERE doc_id = 'alpha.md'")
-    requests = list(schedule.evaluate_tick(context).run_requests)
-    stale = next(r for r in requests if r.partition_key == "alpha.md")
-    assert {k.to_user_string() for k in stale.asset_selection} == {
-        f"{kind}_{s}" for s in project.config_hashes for kind in ("chunks", "embeddings")
-    }
+        # alpha's chunks go stale when its stored content hash moves on.
+        with ChunkStore(settings.db_path).transaction() as con:
+            con.execute("UPDATE documents SET sha256 = 'changed' WHERE doc_id = 'alpha.md'")
+        requests = list(schedule.evaluate_tick(context).run_requests)
+        stale = next(r for r in requests if r.partition_key == "alpha.md")
+        assert {k.to_user_string() for k in stale.asset_selection} == {
+            f"{kind}_{s}" for s in project.config_hashes for kind in ("chunks", "embeddings")
+        }
 
 
 def test_plan_refresh_leaves_documents_in_flight_to_their_run():
@@ -112,15 +115,15 @@ def test_schedule_skips_a_document_a_running_run_already_targets(settings, insta
     project = build_project(settings)
     schedule = project.defs.resolve_schedule_def("nightly_refresh")
     instance.add_dynamic_partitions("documents", ["alpha.md", "sub/beta.txt"])
-    context = build_schedule_context(
+    with build_schedule_context(  # exited: see the test above
         instance=instance, resources={"store": StoreResource(path=settings.db_path)},
         repository_def=project.defs.get_repository_def(),
-    )
-    assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
+    ) as context:
+        assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
 
-    running = create_run_for_test(instance, job_name="ingest_job", status=DagsterRunStatus.STARTED,
-                                  tags={PARTITION_NAME_TAG: "alpha.md"})
-    assert [r.partition_key for r in schedule.evaluate_tick(context).run_requests] == ["sub/beta.txt"]
+        running = create_run_for_test(instance, job_name="ingest_job", status=DagsterRunStatus.STARTED,
+                                      tags={PARTITION_NAME_TAG: "alpha.md"})
+        assert [r.partition_key for r in schedule.evaluate_tick(context).run_requests] == ["sub/beta.txt"]
 
-    instance.report_run_failed(running)  # finished (and alpha still missing): planned again
-    assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
+        instance.report_run_failed(running)  # finished (and alpha still missing): planned again
+        assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
