@@ -279,13 +279,66 @@ class SentenceTransformerEmbedder:
         _, lengths, batches = self._sorted_batches(distinct)
         return [(len(rows), int(lengths[rows[-1]]), int(lengths[rows].sum())) for rows in batches]
 
+    def embed_spans(self, windows: Sequence[tuple[str, int, int]]) -> np.ndarray:
+        """Late chunking: one float32 row per ``(window, start, end)``, in input order.
+
+        The model runs once over ``window`` (truncated at its max sequence, as ``embed``
+        truncates), and its contextualised token vectors are mean-pooled over the word
+        pieces whose character offsets overlap ``window[start:end]``, plus the window's
+        special tokens ([CLS], [SEP]), then normalised as ``embed`` normalises. So:
+        a span covering the whole window gives exactly ``embed([window])``'s vector (the
+        model's own mean pooling counts the special tokens too); a span's vector depends
+        on the text around it, yet only its own word pieces are pooled. A span with no
+        word piece among those the model read (cut off by truncation) gets the whole
+        window's vector. Each distinct triple goes through the model once.
+        Needs the transformer -> mean pooling layout (``embed``'s sorted path).
+        """
+        if self._mean_pooled is None:
+            raise ValueError(f"late chunking needs a transformer -> mean pooling model; {self.model_id!r} is not one")
+        for window, start, end in windows:
+            if not 0 <= start <= end <= len(window):
+                raise ValueError(f"span ({start}, {end}) is not inside a window of {len(window)} characters")
+        if not windows:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        distinct, rows = _distinct(windows)
+        with _COUNTING:
+            self.texts_embedded += len(distinct)
+        encoded = self._model.tokenizer(
+            [w for w, _, _ in distinct],
+            truncation=True,
+            max_length=self.max_seq_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        ids = encoded["input_ids"]
+        weights = [
+            span_weights(offsets, special, start, end)
+            for offsets, special, (_, start, end) in zip(
+                encoded["offset_mapping"], encoded["special_tokens_mask"], distinct)
+        ]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(lengths, kind="stable")
+        batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+        vectors = self._pool_sorted(ids, lengths, batches, weights)
+        return vectors if len(distinct) == len(windows) else vectors[rows]
+
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:
+        ids, lengths, batches = self._sorted_batches(texts)
+        return self._pool_sorted(ids, lengths, batches, None)
+
+    def _pool_sorted(
+        self, ids: list[list[int]], lengths: np.ndarray, batches: list[np.ndarray], weights: list[np.ndarray] | None,
+    ) -> np.ndarray:
+        """Run the transformer over ``batches`` of ``ids`` and mean-pool each row's token vectors,
+        weighted by ``weights[row]`` (one weight per word piece), or by the attention mask (every
+        word piece the model read: the model's own pooling) when ``weights`` is None."""
         import torch
 
         transformer = self._transformer()
-        ids, lengths, batches = self._sorted_batches(texts)
         pad = self._model.tokenizer.pad_token_id or 0
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        out = np.empty((len(ids), self.dimension), dtype=np.float32)
 
         def embed_batch(rows: np.ndarray) -> None:
             width = int(lengths[rows[-1]])  # sorted: the last is the longest
@@ -294,13 +347,21 @@ class SentenceTransformerEmbedder:
             for r, row in enumerate(rows):
                 batch[r, : lengths[row]] = ids[row]
                 mask[r, : lengths[row]] = 1
+            pool = None
+            if weights is not None:
+                pool = np.zeros((len(rows), width), dtype=np.float32)
+                for r, row in enumerate(rows):
+                    pool[r, : lengths[row]] = weights[row]
             # inference_mode is per thread: each worker enters its own.
             with torch.inference_mode():
                 input_ids = torch.from_numpy(batch).to(self.device)
                 attention = torch.from_numpy(mask).to(self.device)
                 hidden = transformer(input_ids=input_ids, attention_mask=attention).last_hidden_state
-                weights = attention.unsqueeze(-1).to(torch.float32)
-                pooled = (hidden.to(torch.float32) * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+                if pool is None:
+                    weighted = attention.unsqueeze(-1).to(torch.float32)
+                else:
+                    weighted = torch.from_numpy(pool).to(self.device).unsqueeze(-1)
+                pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
                 if self.normalize:
                     pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
                 out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
@@ -315,6 +376,23 @@ class SentenceTransformerEmbedder:
         with _one_torch_thread_each(), ThreadPoolExecutor(workers) as pool:
             list(pool.map(embed_batch, reversed(batches)))
         return out
+
+
+def span_weights(offsets: Sequence[tuple[int, int]], special: Sequence[int], start: int, end: int) -> np.ndarray:
+    """Pooling weights (1 or 0) of one window's word pieces for the span ``[start, end)``.
+
+    A word piece counts when its character range overlaps the span (a piece cut by the
+    span's edge counts), and the special tokens always count, as the model's own mean
+    pooling counts them. When no word piece of the span is among ``offsets`` (truncated
+    away, or an empty span) every piece counts: the whole window's vector.
+    """
+    weights = np.fromiter(
+        (1.0 if is_special or (s < end and e > start) else 0.0
+         for (s, e), is_special in zip(offsets, special)),
+        dtype=np.float32, count=len(offsets))
+    if not any(not is_special and w for w, is_special in zip(weights, special)):
+        return np.ones(len(offsets), dtype=np.float32)
+    return weights
 
 
 _THREAD_SETTING = threading.Lock()
