@@ -76,9 +76,11 @@ class Configuration:
     on_shipped: bool = True
     neighbours: int = 0  # word pieces of neighbouring text embedded with the chunk (EmbedContext)
     late: int = 0  # late chunking: word pieces of the window the chunk is pooled from (EmbedContext)
+    late_tiled: bool = False  # consecutive chunks share late windows
 
     def embed_context(self) -> EmbedContext:
-        return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours, late_tokens=self.late)
+        return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours, late_tokens=self.late,
+                            late_tiled=self.late_tiled)
 
 
 def shipped_configurations(settings=None) -> list[Configuration]:
@@ -88,7 +90,8 @@ def shipped_configurations(settings=None) -> list[Configuration]:
         out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
     variants = settings.variants if settings is not None else {}
     return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False,
-                                neighbours=v.embed_neighbours, late=v.embed_late) for name, v in variants.items()]
+                                neighbours=v.embed_neighbours, late=v.embed_late, late_tiled=v.embed_late_tiled)
+                  for name, v in variants.items()]
 
 
 # Candidates for "best on recall@5 and IoU@5 at once", sized for all-MiniLM-L6-v2.
@@ -130,6 +133,11 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("p100+ctx+late", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True,
                   late=256),
     Configuration("simple+ctx+late", "simple", {}, True, late=256),
+    # Tiled ("+tiled"): runs of consecutive chunks share one 256-word-piece window.
+    Configuration("sent100+ctx+late+tiled", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
+                  True, late=256, late_tiled=True),
+    Configuration("p100+ctx+late+tiled", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
+                  True, late=256, late_tiled=True),
     Configuration("paragraph+ctx+late", "paragraph", {}, True, late=256),
 ]
 

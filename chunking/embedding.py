@@ -290,7 +290,8 @@ class SentenceTransformerEmbedder:
         model's own mean pooling counts the special tokens too); a span's vector depends
         on the text around it, yet only its own word pieces are pooled. A span with no
         word piece among those the model read (cut off by truncation) gets the whole
-        window's vector. Each distinct triple goes through the model once.
+        window's vector. Each distinct window goes through the model once, however many
+        spans are pooled from it (``texts_embedded`` counts windows).
         Needs the transformer -> mean pooling layout (``embed``'s sorted path).
         """
         if self._mean_pooled is None:
@@ -300,11 +301,11 @@ class SentenceTransformerEmbedder:
                 raise ValueError(f"span ({start}, {end}) is not inside a window of {len(window)} characters")
         if not windows:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        distinct, rows = _distinct(windows)
+        texts, rows = _distinct([w for w, _, _ in windows])
         with _COUNTING:
-            self.texts_embedded += len(distinct)
+            self.texts_embedded += len(texts)
         encoded = self._model.tokenizer(
-            [w for w, _, _ in distinct],
+            texts,
             truncation=True,
             max_length=self.max_seq_length,
             return_offsets_mapping=True,
@@ -313,32 +314,38 @@ class SentenceTransformerEmbedder:
             return_token_type_ids=False,
         )
         ids = encoded["input_ids"]
+        # Per distinct window: the output rows pooled from it and their weights (one row each).
+        targets: list[list[int]] = [[] for _ in texts]
+        for out_row, (window_row, (_, start, end)) in enumerate(zip(rows, windows)):
+            targets[window_row].append(out_row)
         weights = [
-            span_weights(offsets, special, start, end)
-            for offsets, special, (_, start, end) in zip(
-                encoded["offset_mapping"], encoded["special_tokens_mask"], distinct)
+            np.stack([span_weights(encoded["offset_mapping"][w], encoded["special_tokens_mask"][w], *windows[o][1:])
+                      for o in targets[w]])
+            for w in range(len(texts))
         ]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")
         batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
-        vectors = self._pool_sorted(ids, lengths, batches, weights)
-        return vectors if len(distinct) == len(windows) else vectors[rows]
+        return self._pool_sorted(ids, lengths, batches, (weights, targets, len(windows)))
 
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:
         ids, lengths, batches = self._sorted_batches(texts)
         return self._pool_sorted(ids, lengths, batches, None)
 
     def _pool_sorted(
-        self, ids: list[list[int]], lengths: np.ndarray, batches: list[np.ndarray], weights: list[np.ndarray] | None,
+        self, ids: list[list[int]], lengths: np.ndarray, batches: list[np.ndarray],
+        spans: tuple[list[np.ndarray], list[list[int]], int] | None,
     ) -> np.ndarray:
-        """Run the transformer over ``batches`` of ``ids`` and mean-pool each row's token vectors,
-        weighted by ``weights[row]`` (one weight per word piece), or by the attention mask (every
-        word piece the model read: the model's own pooling) when ``weights`` is None."""
+        """Run the transformer over ``batches`` of ``ids`` and mean-pool token vectors: with
+        ``spans = None`` one vector per text over the attention mask (every word piece the model
+        read: the model's own pooling); with ``spans = (weights, targets, n)``, ``n`` vectors,
+        text ``i`` giving output rows ``targets[i]``, each pooled with its row of ``weights[i]``
+        (one weight per word piece)."""
         import torch
 
         transformer = self._transformer()
         pad = self._model.tokenizer.pad_token_id or 0
-        out = np.empty((len(ids), self.dimension), dtype=np.float32)
+        out = np.empty((len(ids) if spans is None else spans[2], self.dimension), dtype=np.float32)
 
         def embed_batch(rows: np.ndarray) -> None:
             width = int(lengths[rows[-1]])  # sorted: the last is the longest
@@ -347,24 +354,26 @@ class SentenceTransformerEmbedder:
             for r, row in enumerate(rows):
                 batch[r, : lengths[row]] = ids[row]
                 mask[r, : lengths[row]] = 1
-            pool = None
-            if weights is not None:
-                pool = np.zeros((len(rows), width), dtype=np.float32)
-                for r, row in enumerate(rows):
-                    pool[r, : lengths[row]] = weights[row]
             # inference_mode is per thread: each worker enters its own.
             with torch.inference_mode():
                 input_ids = torch.from_numpy(batch).to(self.device)
                 attention = torch.from_numpy(mask).to(self.device)
                 hidden = transformer(input_ids=input_ids, attention_mask=attention).last_hidden_state
-                if pool is None:
+                if spans is None:
                     weighted = attention.unsqueeze(-1).to(torch.float32)
-                else:
-                    weighted = torch.from_numpy(pool).to(self.device).unsqueeze(-1)
-                pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
-                if self.normalize:
-                    pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
+                    pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
+                    if self.normalize:
+                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                    out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
+                    return
+                weights, targets, _ = spans
+                for r, row in enumerate(rows):
+                    span_rows = torch.from_numpy(weights[row]).to(self.device)  # spans x word pieces
+                    tokens = hidden[r, : lengths[row]].to(torch.float32)
+                    pooled = span_rows @ tokens / span_rows.sum(1, keepdim=True).clamp(min=1e-9)
+                    if self.normalize:
+                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                    out[targets[row]] = pooled.cpu().numpy()
 
         workers = min(self.workers or torch.get_num_threads(), len(batches))
         if workers <= 1 or self.device != "cpu":

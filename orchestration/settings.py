@@ -120,6 +120,7 @@ class VariantSettings(BaseModel):
     embed_with_context: bool = False
     embed_neighbours: int = Field(0, ge=0)
     embed_late: int = Field(0, ge=0)
+    embed_late_tiled: bool = False  # consecutive chunks share late windows (one forward per window)
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -180,6 +181,8 @@ class Settings(BaseModel):
     # Strategy -> late chunking: the word pieces of the window the model reads around each chunk,
     # whose own word pieces alone are pooled into its vector (search/context.py; 0: off).
     embed_late: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    # Strategies (of embed_late) whose consecutive chunks share late windows: one forward per window.
+    embed_late_tiled: list[str] = Field(default_factory=list)
     # Extra named instances of registered strategies (VariantSettings), each with its own assets.
     variants: dict[str, VariantSettings] = Field(default_factory=dict)
     # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
@@ -210,6 +213,9 @@ class Settings(BaseModel):
         if both:
             raise ValueError(f"embed_late and embed_neighbours both set for {both}: late chunking's window already "
                              "holds the neighbours; set one of them")
+        untiled = sorted(set(self.embed_late_tiled) - {n for n, late in self.embed_late.items() if late})
+        if untiled:
+            raise ValueError(f"embed_late_tiled names {untiled} without an [embed_late] window size")
         return self
 
     @model_validator(mode="after")
@@ -251,7 +257,8 @@ class Settings(BaseModel):
         out = [StrategyInstance(spec.name, spec, spec.parse_config(self.strategies.get(spec.name)),
                                 EmbedContext(spec.name in self.embed_with_context,
                                              self.embed_neighbours.get(spec.name, 0),
-                                             self.embed_late.get(spec.name, 0))) for spec in specs]
+                                             self.embed_late.get(spec.name, 0),
+                                             spec.name in self.embed_late_tiled)) for spec in specs]
         return out + [variant_instance(name, variant) for name, variant in self.variants.items()]
 
 
@@ -278,9 +285,10 @@ def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
     except ValueError as exc:  # StrategyConfigError: a field the strategy does not have
         raise ValueError(f"{key}: {exc}") from None
     try:
-        embed_context = EmbedContext(variant.embed_with_context, variant.embed_neighbours, variant.embed_late)
-    except ValueError as exc:  # late chunking with neighbour context
-        raise ValueError(f"{key}: embed_late / embed_neighbours: {exc}") from None
+        embed_context = EmbedContext(variant.embed_with_context, variant.embed_neighbours, variant.embed_late,
+                                     variant.embed_late_tiled)
+    except ValueError as exc:  # late chunking with neighbour context, or tiled without a window
+        raise ValueError(f"{key}: embed_late / embed_neighbours / embed_late_tiled: {exc}") from None
     return StrategyInstance(name, spec, config, embed_context)
 
 

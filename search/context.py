@@ -19,7 +19,9 @@ together: the model reads a window (the chunk centred in its neighbours, up to
 ``headings`` is on) and the chunk's vector is the mean of the contextualised vectors of
 its own word pieces only (``SentenceTransformerEmbedder.embed_spans``). The cache key is
 the sha256 of the window and the chunk's span in it (``late_key``), so an edit inside
-the window re-embeds the chunk and nothing else does.
+the window re-embeds the chunk and nothing else does. Tiled (``late_tiled``): runs
+of consecutive chunks share one window (``late_tiles``), about one forward pass per
+window of word pieces instead of one per chunk.
 """
 
 from __future__ import annotations
@@ -59,14 +61,19 @@ class EmbedContext:
     the chunk's own word pieces are pooled. A chunk that alone fills the window gets no
     neighbours (the model truncates it as it would truncate the chunk). 0: off. Excludes
     ``neighbour_tokens``.
+    ``late_tiled``: instead of one window per chunk, consecutive chunks share windows of at
+    most ``late_tokens`` word pieces (``late_tiles``): one forward pass per window.
     Falsy when it adds nothing (the chunk's own text is embedded).
     """
 
     headings: bool = False
     neighbour_tokens: int = 0
     late_tokens: int = 0
+    late_tiled: bool = False
 
     def __post_init__(self) -> None:
+        if self.late_tiled and not self.late_tokens:
+            raise ValueError("late_tiled needs late_tokens (the window's word pieces)")
         if self.neighbour_tokens < 0:
             raise ValueError(f"neighbour_tokens must be >= 0, not {self.neighbour_tokens}")
         if self.late_tokens < 0:
@@ -87,7 +94,7 @@ class EmbedContext:
         """Part of the embeddings asset's code version: a changed option marks the vectors stale."""
         return ("+context" if self.headings else "") + (
             f"+neighbours{self.neighbour_tokens}" if self.neighbour_tokens else "") + (
-            f"+late{self.late_tokens}" if self.late_tokens else "")
+            f"+late{self.late_tokens}" if self.late_tokens else "") + ("tiled" if self.late_tiled else "")
 
 
 def embedding_text(
@@ -196,6 +203,51 @@ def context_text(text: str, **options) -> str:
     return context_window(text, **options)[0]
 
 
+def late_tiles(
+    chunks: Sequence[tuple[str, int, int]], doc_text: str, *, count_tokens: Callable[[str], int], max_tokens: int,
+    title: str = "", heading_paths: Sequence[Sequence[str]] = (),
+) -> list[tuple[str, int, int]]:
+    """``(window, start, end)`` for each chunk ``(text, char_start, char_end)``, in order: runs of
+    consecutive chunks share a window, ``window[start:end] == text``.
+
+    Greedy from the first chunk: a run grows while its window counts at most ``max_tokens``
+    (``count_tokens``, special tokens included); a chunk that alone does not fit has a window
+    of its own (truncated by the model as the chunk alone would be). A window is the title and
+    the heading path of its first chunk (``embedding_text``; ``heading_paths[i]`` is chunk i's),
+    then the run's texts in order, joined by the document's own text between two chunks that
+    are verbatim spans of ``doc_text`` and do not overlap, else by a newline (an overlap is
+    then read twice). Chunks at a run's edge see context on one side only; an edit re-embeds
+    its run's chunks, and the runs after it when it moves where a run ends.
+    """
+    verbatim = [doc_text[s:e] == t for t, s, e in chunks]
+
+    def window_of(first: int, last: int) -> tuple[str, list[tuple[int, int]]]:
+        body, spans = embedding_text("", title=title, heading_path=heading_paths[first] if heading_paths else ()), []
+        for i in range(first, last + 1):
+            text, start, _ = chunks[i]
+            if i > first:
+                prev_end = chunks[i - 1][2]
+                both = verbatim[i - 1] and verbatim[i] and prev_end <= start
+                body += doc_text[prev_end:start] if both else "\n"
+            spans.append((len(body), len(body) + len(text)))
+            body += text
+        return body, spans
+
+    out: list[tuple[str, int, int]] = []
+    first = 0
+    while first < len(chunks):
+        last = first
+        window, spans = window_of(first, first)
+        while last + 1 < len(chunks):
+            longer, longer_spans = window_of(first, last + 1)
+            if count_tokens(longer) > max_tokens:
+                break
+            last, window, spans = last + 1, longer, longer_spans
+        out += [(window, start, end) for start, end in spans]
+        first = last + 1
+    return out
+
+
 def late_key(window: str, start: int, end: int) -> str:
     """The embedding-cache key of a late-chunked span: the sha256 of the window and the span in it.
 
@@ -244,7 +296,9 @@ def with_context(
     chunk's text_sha256 exactly when no context is added). Neighbour context and late
     chunking need ``embedder`` (its ``count_model_tokens`` and ``max_seq_length``). With
     late chunking each row is a ``ContextRow`` whose ``text`` is the window, ``pooled_span``
-    the chunk's place in it and ``text_sha256`` their ``late_key``.
+    the chunk's place in it and ``text_sha256`` their ``late_key``; tiled, the windows are
+    tiled over ``rows`` in the order given (the embeddings step gives a document's chunks
+    in order).
     """
     from search.engine import CHUNKS_RELATION
 
@@ -271,6 +325,15 @@ def with_context(
     if late:
         max_tokens = min(late, max_tokens)
     out = []
+    if context.late_tiled:
+        tiles = late_tiles([(r.text, r.char_start, r.char_end) for r in rows], doc_text,
+                           count_tokens=embedder.count_model_tokens, max_tokens=max_tokens, title=title,
+                           heading_paths=[paths.get(r.chunk_index) or () for r in rows])
+        for row, (window, start, end) in zip(rows, tiles):
+            stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
+            stored.update(text=window, text_sha256=late_key(window, start, end))
+            out.append(ContextRow(**stored, pooled_span=(start, end)))
+        return out
     for row in rows:
         window, start, end = context_window(
             row.text, title=title, heading_path=paths.get(row.chunk_index) or (), doc_text=doc_text,

@@ -9,6 +9,7 @@ from fixture_store import DOCS, put_document
 from resources.store import StoredChunk
 from search.context import (
     ContextRow, EmbedContext, context_text, context_window, document_title, embed_rows, embedding_text, late_key,
+    late_tiles,
     neighbours, with_context,
 )
 
@@ -209,3 +210,34 @@ def test_late_chunking_options_are_checked():
         EmbedContext(late_tokens=-1)
     with pytest.raises(ValueError, match="late chunking and neighbour context exclude each other"):
         EmbedContext(neighbour_tokens=64, late_tokens=256)
+
+
+def test_late_tiles_share_windows_of_consecutive_chunks_within_the_budget():
+    doc = "one two three. four five. six seven eight. nine"
+    chunks = [(t, doc.index(t), doc.index(t) + len(t)) for t in ("one two three.", "four five.", "six seven eight.", "nine")]
+    count = WordModel(256).count_model_tokens
+    tiles = late_tiles(chunks, doc, count_tokens=count, max_tokens=9)  # 7 words + 2 specials per window
+    assert [w for w, _, _ in tiles] == ["one two three. four five.", "one two three. four five.",
+                                        "six seven eight. nine", "six seven eight. nine"]
+    assert all(w[s:e] == text for (w, s, e), (text, _, _) in zip(tiles, chunks))
+    assert all(count(w) <= 9 for w, _, _ in tiles)
+    # A chunk that alone exceeds the window has its own; a title and the first chunk's headings lead it.
+    [(alone, s, e), (next_window, _, _)] = late_tiles(chunks[2:], doc, count_tokens=count, max_tokens=3)
+    assert (alone[s:e], next_window) == ("six seven eight.", "nine")
+    titled = late_tiles(chunks[:2], doc, count_tokens=count, max_tokens=20, title="Doc", heading_paths=[["Intro"], []])
+    assert titled[0][0] == titled[1][0] == "Doc > Intro\n\none two three. four five."
+    # Chunks that are not verbatim spans (or overlap) are joined by a newline.
+    changed = [("ONE two three.", 0, 14), chunks[1]]
+    assert late_tiles(changed, doc, count_tokens=count, max_tokens=20)[0][0] == "ONE two three.\nfour five."
+
+
+def test_tiled_late_rows_and_their_keys(store):
+    rows = store.load_chunks("boats.txt", "sent")
+    tiled = with_context(store, "boats.txt", "sent", rows, EmbedContext(late_tokens=256, late_tiled=True),
+                         WordModel(256))
+    assert len({r.text for r in tiled}) == 1 and tiled[0].text == DOCS["boats.txt"]  # one window for the document
+    assert [r.text[slice(*r.pooled_span)] for r in tiled] == [r.text for r in rows]
+    assert len({r.text_sha256 for r in tiled}) == len(rows)  # one key per span
+    assert EmbedContext(late_tokens=256, late_tiled=True).code_version_suffix() == "+late256tiled"
+    with pytest.raises(ValueError, match="late_tiled needs late_tokens"):
+        EmbedContext(late_tiled=True)
