@@ -133,6 +133,8 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("p100+ctx+late", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True,
                   late=256),
     Configuration("simple+ctx+late", "simple", {}, True, late=256),
+    Configuration("p80+ctx+late", "paragraph", {"chunk_token_size": 80, "chunk_overlap_token_size": 10}, True,
+                  late=256),
     # Tiled ("+tiled"): runs of consecutive chunks share one 256-word-piece window.
     Configuration("sent100+ctx+late+tiled", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
                   True, late=256, late_tiled=True),
@@ -211,7 +213,7 @@ def chunk_and_embed(
     with store.connect(read_only=True) as con:
         doc_ids = [d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status = 'parsed' ORDER BY 1").fetchall()]
     chunk_s = embed_s = 0.0
-    embedded = 0
+    embedded = model_inputs = 0  # vectors made; texts (late chunking: windows) the model read
     if cfg.strategy in reuse and cfg.on_shipped and not cfg.overrides:
         for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, config).items():
             _CHUNKS_MEMO[(cfg.strategy, config_hash(config), doc_id)] = chunks
@@ -235,12 +237,13 @@ def chunk_and_embed(
             fresh = dict(zip(missing, embed_rows(embedder, list(missing.values()))))
             embed_s += time.perf_counter() - start
             embedded += len(missing)
+            model_inputs += len({r.text for r in missing.values()})
         vectors = {**cached, **fresh}
         store.replace_embeddings(
             doc_id, cfg.name, embedding.model_id, [(r.chunk_index, r.text_sha256, vectors[r.text_sha256]) for r in rows],
             fresh,
         )
-    return {"embedded": embedded, "embed_s": embed_s, "chunk_s": chunk_s}
+    return {"embedded": embedded, "model_inputs": model_inputs, "embed_s": embed_s, "chunk_s": chunk_s}
 
 
 def main() -> None:
@@ -322,7 +325,8 @@ def main() -> None:
             costs[name] = {"embedded": 0, "embed_s": 0.0, "chunk_s": 0.0}
             continue
         costs[name] = chunk_and_embed(store, known[name], settings.strategies, tokenizer, embedding, reuse)
-        print(f"  {name}: {costs[name]['embedded']} texts embedded in {costs[name]['embed_s']:.0f} s", flush=True)
+        print(f"  {name}: {costs[name]['embedded']} texts embedded ({costs[name]['model_inputs']} model inputs) in "
+              f"{costs[name]['embed_s']:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
 
     questions = load_eval_set(args.eval_set)
     index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))
