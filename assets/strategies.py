@@ -43,9 +43,9 @@ from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
-from resources.store import ChunkStore, StoreResource, Write
+from resources.store import ChunkStore, StoredChunk, StoreResource, Write
 from resources.tokenizer import TokenizerResource
-from search.context import EmbedContext, with_context
+from search.context import EmbedContext, embed_rows, with_context
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,8 @@ def build_strategy_assets(
     name: str | None = None,
 ) -> list[AssetsDefinition]:
     """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
-    with its document title and heading path prepended and/or its neighbouring text (an EmbedContext;
+    with its document title and heading path prepended and/or its neighbouring text, or late-chunked
+    in a window of its neighbours (an EmbedContext;
     ``True`` means the title and heading path only; search/context.py). ``name`` (default: the
     strategy's) names the assets ``chunks_<name>`` / ``embeddings_<name>`` and is the ``strategy``
     their rows carry in the store, so a variant of a strategy is a strategy of its own downstream."""
@@ -242,17 +243,17 @@ def build_strategy_assets(
                            for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
-        # Embed each distinct missing text once, across the whole batch.
-        missing: dict[str, str] = {}
+        # Embed each distinct missing text (late chunking: window and span) once, across the whole batch.
+        missing: dict[str, StoredChunk] = {}
         for rows in rows_by_doc.values():
             for c in rows:
                 if c.text_sha256 not in cached:
-                    missing.setdefault(c.text_sha256, c.text)
+                    missing.setdefault(c.text_sha256, c)
         fresh: dict[str, np.ndarray] = {}
         model_seconds = 0.0
         if missing:
             model_started = time.perf_counter()
-            vectors = embedder.embed(list(missing.values()))
+            vectors = embed_rows(embedder, list(missing.values()))
             model_seconds = time.perf_counter() - model_started
             fresh = dict(zip(missing.keys(), vectors))
         vector_of = {**cached, **fresh}
@@ -304,7 +305,7 @@ def build_strategy_assets(
         # The model ran once for the batch: each document's share follows the characters it
         # asked it to embed; what the step did for all documents at once (loading their
         # chunks, the cache lookup, loading the model) is shared equally.
-        model_share = share_out(model_seconds, {d: sum(len(missing[h]) for h in new_by_doc[d]) for d in rows_by_doc})
+        model_share = share_out(model_seconds, {d: sum(len(missing[h].text) for h in new_by_doc[d]) for d in rows_by_doc})
         unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - model_seconds
         overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))
         costs = [

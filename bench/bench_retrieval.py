@@ -54,7 +54,7 @@ from orchestration.settings import load_settings  # noqa: E402
 from resources.embedding import EmbeddingModelResource  # noqa: E402
 from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E402
 from resources.tokenizer import TokenizerResource  # noqa: E402
-from search.context import EmbedContext, with_context  # noqa: E402
+from search.context import EmbedContext, embed_rows, with_context  # noqa: E402
 from search.engine import SearchIndex  # noqa: E402
 from search.evaluation import evaluate, load_eval_set  # noqa: E402
 
@@ -62,7 +62,8 @@ from search.evaluation import evaluate, load_eval_set  # noqa: E402
 @dataclass(frozen=True)
 class Configuration:
     """One experiment: ``strategy`` with the shipped config plus ``overrides``; ``context``: embed with the
-    title and heading path, ``neighbours``: and with that many word pieces of the text around the chunk.
+    title and heading path, ``neighbours``: and with that many word pieces of the text around the chunk,
+    ``late``: late-chunked in a window of that many word pieces.
 
     ``on_shipped=False`` (a ``[variants.*]`` table): ``overrides`` is the whole config over the library
     defaults, as the pipeline reads a variant.
@@ -74,9 +75,12 @@ class Configuration:
     context: bool = False
     on_shipped: bool = True
     neighbours: int = 0  # word pieces of neighbouring text embedded with the chunk (EmbedContext)
+    late: int = 0  # late chunking: word pieces of the window the chunk is pooled from (EmbedContext)
+    late_tiled: bool = False  # consecutive chunks share late windows
 
     def embed_context(self) -> EmbedContext:
-        return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours)
+        return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours, late_tokens=self.late,
+                            late_tiled=self.late_tiled)
 
 
 def shipped_configurations(settings=None) -> list[Configuration]:
@@ -86,7 +90,8 @@ def shipped_configurations(settings=None) -> list[Configuration]:
         out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
     variants = settings.variants if settings is not None else {}
     return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False,
-                                neighbours=v.embed_neighbours) for name, v in variants.items()]
+                                neighbours=v.embed_neighbours, late=v.embed_late, late_tiled=v.embed_late_tiled)
+                  for name, v in variants.items()]
 
 
 # Candidates for "best on recall@5 and IoU@5 at once", sized for all-MiniLM-L6-v2.
@@ -117,6 +122,25 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("sw100/50+ctx+nb", "sentence_window", {"chunk_size": 100, "overlap": 50, "min_size": 20}, True,
                   neighbours=256),
     Configuration("simple+nb", "simple", {}, False, neighbours=256),
+    # Late chunking ("+late"): the model reads the chunk centred in its neighbours (a window of
+    # 256 word pieces, or 128 for "+late128") and pools only the chunk's own word pieces.
+    Configuration("sent100+ctx+late", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, True,
+                  late=256),
+    Configuration("sent100+late", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300}, False,
+                  late=256),
+    Configuration("sent100+ctx+late128", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
+                  True, late=128),
+    Configuration("p100+ctx+late", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True,
+                  late=256),
+    Configuration("simple+ctx+late", "simple", {}, True, late=256),
+    Configuration("p80+ctx+late", "paragraph", {"chunk_token_size": 80, "chunk_overlap_token_size": 10}, True,
+                  late=256),
+    # Tiled ("+tiled"): runs of consecutive chunks share one 256-word-piece window.
+    Configuration("sent100+ctx+late+tiled", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
+                  True, late=256, late_tiled=True),
+    Configuration("p100+ctx+late+tiled", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
+                  True, late=256, late_tiled=True),
+    Configuration("paragraph+ctx+late", "paragraph", {}, True, late=256),
 ]
 
 
@@ -189,7 +213,7 @@ def chunk_and_embed(
     with store.connect(read_only=True) as con:
         doc_ids = [d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status = 'parsed' ORDER BY 1").fetchall()]
     chunk_s = embed_s = 0.0
-    embedded = 0
+    embedded = model_inputs = 0  # vectors made; texts (late chunking: windows) the model read
     if cfg.strategy in reuse and cfg.on_shipped and not cfg.overrides:
         for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, config).items():
             _CHUNKS_MEMO[(cfg.strategy, config_hash(config), doc_id)] = chunks
@@ -206,19 +230,20 @@ def chunk_and_embed(
         if cfg.embed_context():
             rows = with_context(store, doc_id, cfg.name, rows, cfg.embed_context(), embedder)
         cached = store.cached_embeddings(embedding.model_id, [r.text_sha256 for r in rows])
-        missing = {r.text_sha256: r.text for r in rows if r.text_sha256 not in cached}
+        missing = {r.text_sha256: r for r in rows if r.text_sha256 not in cached}
         fresh = {}
         if missing:
             start = time.perf_counter()
-            fresh = dict(zip(missing, embedder.embed(list(missing.values()))))
+            fresh = dict(zip(missing, embed_rows(embedder, list(missing.values()))))
             embed_s += time.perf_counter() - start
             embedded += len(missing)
+            model_inputs += len({r.text for r in missing.values()})
         vectors = {**cached, **fresh}
         store.replace_embeddings(
             doc_id, cfg.name, embedding.model_id, [(r.chunk_index, r.text_sha256, vectors[r.text_sha256]) for r in rows],
             fresh,
         )
-    return {"embedded": embedded, "embed_s": embed_s, "chunk_s": chunk_s}
+    return {"embedded": embedded, "model_inputs": model_inputs, "embed_s": embed_s, "chunk_s": chunk_s}
 
 
 def main() -> None:
@@ -300,7 +325,8 @@ def main() -> None:
             costs[name] = {"embedded": 0, "embed_s": 0.0, "chunk_s": 0.0}
             continue
         costs[name] = chunk_and_embed(store, known[name], settings.strategies, tokenizer, embedding, reuse)
-        print(f"  {name}: {costs[name]['embedded']} texts embedded in {costs[name]['embed_s']:.0f} s", flush=True)
+        print(f"  {name}: {costs[name]['embedded']} texts embedded ({costs[name]['model_inputs']} model inputs) in "
+              f"{costs[name]['embed_s']:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
 
     questions = load_eval_set(args.eval_set)
     index = SearchIndex(work, embedding.model_id, embed=lambda texts: embedding.get_embedder().embed(texts))

@@ -279,13 +279,73 @@ class SentenceTransformerEmbedder:
         _, lengths, batches = self._sorted_batches(distinct)
         return [(len(rows), int(lengths[rows[-1]]), int(lengths[rows].sum())) for rows in batches]
 
+    def embed_spans(self, windows: Sequence[tuple[str, int, int]]) -> np.ndarray:
+        """Late chunking: one float32 row per ``(window, start, end)``, in input order.
+
+        The model runs once over ``window`` (truncated at its max sequence, as ``embed``
+        truncates), and its contextualised token vectors are mean-pooled over the word
+        pieces whose character offsets overlap ``window[start:end]``, plus the window's
+        special tokens ([CLS], [SEP]), then normalised as ``embed`` normalises. So:
+        a span covering the whole window gives exactly ``embed([window])``'s vector (the
+        model's own mean pooling counts the special tokens too); a span's vector depends
+        on the text around it, yet only its own word pieces are pooled. A span with no
+        word piece among those the model read (cut off by truncation) gets the whole
+        window's vector. Each distinct window goes through the model once, however many
+        spans are pooled from it (``texts_embedded`` counts windows).
+        Needs the transformer -> mean pooling layout (``embed``'s sorted path).
+        """
+        if self._mean_pooled is None:
+            raise ValueError(f"late chunking needs a transformer -> mean pooling model; {self.model_id!r} is not one")
+        for window, start, end in windows:
+            if not 0 <= start <= end <= len(window):
+                raise ValueError(f"span ({start}, {end}) is not inside a window of {len(window)} characters")
+        if not windows:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        texts, rows = _distinct([w for w, _, _ in windows])
+        with _COUNTING:
+            self.texts_embedded += len(texts)
+        encoded = self._model.tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.max_seq_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        ids = encoded["input_ids"]
+        # Per distinct window: the output rows pooled from it and their weights (one row each).
+        targets: list[list[int]] = [[] for _ in texts]
+        for out_row, (window_row, (_, start, end)) in enumerate(zip(rows, windows)):
+            targets[window_row].append(out_row)
+        weights = [
+            np.stack([span_weights(encoded["offset_mapping"][w], encoded["special_tokens_mask"][w], *windows[o][1:])
+                      for o in targets[w]])
+            for w in range(len(texts))
+        ]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(lengths, kind="stable")
+        batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+        return self._pool_sorted(ids, lengths, batches, (weights, targets, len(windows)))
+
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:
+        ids, lengths, batches = self._sorted_batches(texts)
+        return self._pool_sorted(ids, lengths, batches, None)
+
+    def _pool_sorted(
+        self, ids: list[list[int]], lengths: np.ndarray, batches: list[np.ndarray],
+        spans: tuple[list[np.ndarray], list[list[int]], int] | None,
+    ) -> np.ndarray:
+        """Run the transformer over ``batches`` of ``ids`` and mean-pool token vectors: with
+        ``spans = None`` one vector per text over the attention mask (every word piece the model
+        read: the model's own pooling); with ``spans = (weights, targets, n)``, ``n`` vectors,
+        text ``i`` giving output rows ``targets[i]``, each pooled with its row of ``weights[i]``
+        (one weight per word piece)."""
         import torch
 
         transformer = self._transformer()
-        ids, lengths, batches = self._sorted_batches(texts)
         pad = self._model.tokenizer.pad_token_id or 0
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        out = np.empty((len(ids) if spans is None else spans[2], self.dimension), dtype=np.float32)
 
         def embed_batch(rows: np.ndarray) -> None:
             width = int(lengths[rows[-1]])  # sorted: the last is the longest
@@ -299,11 +359,21 @@ class SentenceTransformerEmbedder:
                 input_ids = torch.from_numpy(batch).to(self.device)
                 attention = torch.from_numpy(mask).to(self.device)
                 hidden = transformer(input_ids=input_ids, attention_mask=attention).last_hidden_state
-                weights = attention.unsqueeze(-1).to(torch.float32)
-                pooled = (hidden.to(torch.float32) * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-                if self.normalize:
-                    pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
+                if spans is None:
+                    weighted = attention.unsqueeze(-1).to(torch.float32)
+                    pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
+                    if self.normalize:
+                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                    out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
+                    return
+                weights, targets, _ = spans
+                for r, row in enumerate(rows):
+                    span_rows = torch.from_numpy(weights[row]).to(self.device)  # spans x word pieces
+                    tokens = hidden[r, : lengths[row]].to(torch.float32)
+                    pooled = span_rows @ tokens / span_rows.sum(1, keepdim=True).clamp(min=1e-9)
+                    if self.normalize:
+                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                    out[targets[row]] = pooled.cpu().numpy()
 
         workers = min(self.workers or torch.get_num_threads(), len(batches))
         if workers <= 1 or self.device != "cpu":
@@ -315,6 +385,23 @@ class SentenceTransformerEmbedder:
         with _one_torch_thread_each(), ThreadPoolExecutor(workers) as pool:
             list(pool.map(embed_batch, reversed(batches)))
         return out
+
+
+def span_weights(offsets: Sequence[tuple[int, int]], special: Sequence[int], start: int, end: int) -> np.ndarray:
+    """Pooling weights (1 or 0) of one window's word pieces for the span ``[start, end)``.
+
+    A word piece counts when its character range overlaps the span (a piece cut by the
+    span's edge counts), and the special tokens always count, as the model's own mean
+    pooling counts them. When no word piece of the span is among ``offsets`` (truncated
+    away, or an empty span) every piece counts: the whole window's vector.
+    """
+    weights = np.fromiter(
+        (1.0 if is_special or (s < end and e > start) else 0.0
+         for (s, e), is_special in zip(offsets, special)),
+        dtype=np.float32, count=len(offsets))
+    if not any(not is_special and w for w, is_special in zip(weights, special)):
+        return np.ones(len(offsets), dtype=np.float32)
+    return weights
 
 
 _THREAD_SETTING = threading.Lock()

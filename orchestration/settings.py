@@ -16,6 +16,7 @@ here marks exactly that strategy's chunks (and embeddings) stale in the UI.
     strategy = "sentence_window"
     embed_with_context = true
     embed_neighbours = 256   # and up to 256 word pieces of the text around each chunk
+                             # (or embed_late = 256: late chunking in a 256-word-piece window)
     chunk_size = 100         # the strategy's own config fields, as under [strategies.<name>]
 
     [store]                  # where the tables live (resources/store.py); default: the DuckDB file
@@ -106,7 +107,8 @@ class VariantSettings(BaseModel):
 
     ``strategy`` names the registered strategy; ``embed_with_context`` embeds its chunks
     with the document title and heading path, ``embed_neighbours`` with up to that many
-    word pieces of the parsed text around each chunk (search/context.py); every other key is a
+    word pieces of the parsed text around each chunk, ``embed_late`` late-chunks each chunk in a
+    window of that many word pieces (search/context.py); every other key is a
     field of that strategy's config, exactly as under ``[strategies.<strategy>]`` (the
     variant does not inherit that table: it states its whole difference from the
     library defaults).
@@ -117,6 +119,8 @@ class VariantSettings(BaseModel):
     strategy: str
     embed_with_context: bool = False
     embed_neighbours: int = Field(0, ge=0)
+    embed_late: int = Field(0, ge=0)
+    embed_late_tiled: bool = False  # consecutive chunks share late windows (one forward per window)
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -174,6 +178,11 @@ class Settings(BaseModel):
     embed_with_context: list[str] = Field(default_factory=list)
     # Strategy -> word pieces of the text around each chunk embedded with it (0: none).
     embed_neighbours: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    # Strategy -> late chunking: the word pieces of the window the model reads around each chunk,
+    # whose own word pieces alone are pooled into its vector (search/context.py; 0: off).
+    embed_late: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    # Strategies (of embed_late) whose consecutive chunks share late windows: one forward per window.
+    embed_late_tiled: list[str] = Field(default_factory=list)
     # Extra named instances of registered strategies (VariantSettings), each with its own assets.
     variants: dict[str, VariantSettings] = Field(default_factory=dict)
     # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
@@ -197,6 +206,17 @@ class Settings(BaseModel):
     @classmethod
     def _threads_are_auto_or_a_count(cls, value: Any) -> str | int:
         return parse_threads(value)  # one message naming the key and both accepted forms
+
+    @model_validator(mode="after")
+    def _late_excludes_neighbours(self) -> "Settings":
+        both = sorted(n for n, late in self.embed_late.items() if late and self.embed_neighbours.get(n))
+        if both:
+            raise ValueError(f"embed_late and embed_neighbours both set for {both}: late chunking's window already "
+                             "holds the neighbours; set one of them")
+        untiled = sorted(set(self.embed_late_tiled) - {n for n, late in self.embed_late.items() if late})
+        if untiled:
+            raise ValueError(f"embed_late_tiled names {untiled} without an [embed_late] window size")
+        return self
 
     @model_validator(mode="after")
     def _variants_are_valid(self) -> "Settings":
@@ -226,16 +246,19 @@ class Settings(BaseModel):
         """
         names = self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
         specs = [get_strategy(name) for name in names]
-        unknown = (set(self.strategies) | set(self.embed_with_context) | set(self.embed_neighbours)) - {
+        unknown = (set(self.strategies) | set(self.embed_with_context) | set(self.embed_neighbours)
+                   | set(self.embed_late)) - {
             s.name for s in specs}
         if unknown:
-            hint = (" (a variant embeds with context by its own embed_with_context / embed_neighbours)"
+            hint = (" (a variant embeds with context by its own embed_with_context / embed_neighbours / embed_late)"
                     if unknown & set(self.variants) else "")
             raise ValueError(f"settings configure strategies that are not enabled or not registered: "
                              f"{sorted(unknown)}{hint}")
         out = [StrategyInstance(spec.name, spec, spec.parse_config(self.strategies.get(spec.name)),
                                 EmbedContext(spec.name in self.embed_with_context,
-                                             self.embed_neighbours.get(spec.name, 0))) for spec in specs]
+                                             self.embed_neighbours.get(spec.name, 0),
+                                             self.embed_late.get(spec.name, 0),
+                                             spec.name in self.embed_late_tiled)) for spec in specs]
         return out + [variant_instance(name, variant) for name, variant in self.variants.items()]
 
 
@@ -261,7 +284,12 @@ def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
         )) from None
     except ValueError as exc:  # StrategyConfigError: a field the strategy does not have
         raise ValueError(f"{key}: {exc}") from None
-    return StrategyInstance(name, spec, config, EmbedContext(variant.embed_with_context, variant.embed_neighbours))
+    try:
+        embed_context = EmbedContext(variant.embed_with_context, variant.embed_neighbours, variant.embed_late,
+                                     variant.embed_late_tiled)
+    except ValueError as exc:  # late chunking with neighbour context, or tiled without a window
+        raise ValueError(f"{key}: embed_late / embed_neighbours / embed_late_tiled: {exc}") from None
+    return StrategyInstance(name, spec, config, embed_context)
 
 
 MAX_CONCURRENT_RUNS_ENV = "CHUNKYARD_MAX_CONCURRENT_RUNS"  # deploy/dagster.yaml's run coordinator reads it

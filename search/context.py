@@ -12,6 +12,16 @@ retrieved characters) whose embedded view is as large as the model reads. The
 neighbours are whole words of the parsed text right before and after the chunk's
 span, as many as fit in ``EmbedContext.neighbour_tokens`` word pieces and in the
 model's max sequence (the model would silently truncate the rest).
+
+Late chunking (Günther et al., 2024) keeps that large view without blurring neighbours
+together: the model reads a window (the chunk centred in its neighbours, up to
+``EmbedContext.late_tokens`` word pieces, the title and heading path first when
+``headings`` is on) and the chunk's vector is the mean of the contextualised vectors of
+its own word pieces only (``SentenceTransformerEmbedder.embed_spans``). The cache key is
+the sha256 of the window and the chunk's span in it (``late_key``), so an edit inside
+the window re-embeds the chunk and nothing else does. Tiled (``late_tiled``): runs
+of consecutive chunks share one window (``late_tiles``), about one forward pass per
+window of word pieces instead of one per chunk.
 """
 
 from __future__ import annotations
@@ -21,6 +31,10 @@ import hashlib
 import re
 from pathlib import PurePosixPath
 from typing import Callable, Sequence
+
+import numpy as np
+
+from resources.store import StoredChunk
 
 CONTEXT_SEPARATOR = " > "
 
@@ -41,18 +55,35 @@ class EmbedContext:
     ``neighbour_tokens``: at most this many word pieces (the embedding model's tokenizer)
     of the parsed text around the chunk, about half before and half after; the whole
     embedded text never exceeds the model's max sequence. 0: none.
+    ``late_tokens``: late chunking; the model reads a window of at most this many word
+    pieces (and at most its max sequence; special tokens included): the headings when on,
+    then the chunk with the parsed text around it, about half before and half after; only
+    the chunk's own word pieces are pooled. A chunk that alone fills the window gets no
+    neighbours (the model truncates it as it would truncate the chunk). 0: off. Excludes
+    ``neighbour_tokens``.
+    ``late_tiled``: instead of one window per chunk, consecutive chunks share windows of at
+    most ``late_tokens`` word pieces (``late_tiles``): one forward pass per window.
     Falsy when it adds nothing (the chunk's own text is embedded).
     """
 
     headings: bool = False
     neighbour_tokens: int = 0
+    late_tokens: int = 0
+    late_tiled: bool = False
 
     def __post_init__(self) -> None:
+        if self.late_tiled and not self.late_tokens:
+            raise ValueError("late_tiled needs late_tokens (the window's word pieces)")
         if self.neighbour_tokens < 0:
             raise ValueError(f"neighbour_tokens must be >= 0, not {self.neighbour_tokens}")
+        if self.late_tokens < 0:
+            raise ValueError(f"late_tokens must be >= 0, not {self.late_tokens}")
+        if self.late_tokens and self.neighbour_tokens:
+            raise ValueError("late chunking and neighbour context exclude each other: the window of late chunking "
+                             "already holds the neighbours (set one of them)")
 
     def __bool__(self) -> bool:
-        return self.headings or self.neighbour_tokens > 0
+        return self.headings or self.neighbour_tokens > 0 or self.late_tokens > 0
 
     @classmethod
     def of(cls, value: "EmbedContext | bool | None") -> "EmbedContext":
@@ -62,7 +93,8 @@ class EmbedContext:
     def code_version_suffix(self) -> str:
         """Part of the embeddings asset's code version: a changed option marks the vectors stale."""
         return ("+context" if self.headings else "") + (
-            f"+neighbours{self.neighbour_tokens}" if self.neighbour_tokens else "")
+            f"+neighbours{self.neighbour_tokens}" if self.neighbour_tokens else "") + (
+            f"+late{self.late_tokens}" if self.late_tokens else "") + ("tiled" if self.late_tiled else "")
 
 
 def embedding_text(
@@ -135,21 +167,22 @@ def neighbours(
     return before, after
 
 
-def context_text(
+def context_window(
     text: str, *, title: str = "", heading_path: Sequence[str] = (), doc_text: str = "", span: tuple[int, int] = (0, 0),
     neighbour_tokens: int = 0, count_tokens: Callable[[str], int] | None = None, max_tokens: int | None = None,
-) -> str:
-    """The text to embed for one chunk: ``embedding_text`` with up to ``neighbour_tokens`` word
-    pieces of ``doc_text`` around ``span``, the whole within ``max_tokens``.
+) -> tuple[str, int, int]:
+    """``(window, start, end)``: the text to embed for one chunk (``embedding_text`` with up to
+    ``neighbour_tokens`` word pieces of ``doc_text`` around ``span``, the whole within ``max_tokens``)
+    and where the chunk's own ``text`` stands in it: ``window[start:end] == text``.
 
     ``count_tokens`` counts the model's word pieces of a text with its special tokens
     (``Embedder.count_model_tokens``); ``max_tokens`` is the model's max sequence.
-    Invariant: with neighbours the result counts at most ``max_tokens``, unless the text
+    Invariant: with neighbours the window counts at most ``max_tokens``, unless the text
     without neighbours already does not fit (then no neighbour is added).
     """
     base = embedding_text(text, title=title, heading_path=heading_path)
     if neighbour_tokens <= 0 or not doc_text:
-        return base
+        return base, len(base) - len(text), len(base)
     if count_tokens is None or max_tokens is None:
         raise ValueError("neighbour context needs the model's count_tokens and max_tokens")
     specials = count_tokens("")
@@ -159,9 +192,92 @@ def context_text(
         out = embedding_text(text, title=title, heading_path=heading_path, before=before, after=after)
         excess = count_tokens(out) - max_tokens
         if excess <= 0:  # pieces at the joins (a word cut by the chunk's edge) can add a few
-            return out
+            end = len(out) - len(after)
+            return out, end - len(text), end
         budget -= excess
-    return base
+    return base, len(base) - len(text), len(base)
+
+
+def context_text(text: str, **options) -> str:
+    """The text to embed for one chunk: ``context_window(text, **options)``'s window."""
+    return context_window(text, **options)[0]
+
+
+def late_tiles(
+    chunks: Sequence[tuple[str, int, int]], doc_text: str, *, count_tokens: Callable[[str], int], max_tokens: int,
+    title: str = "", heading_paths: Sequence[Sequence[str]] = (),
+) -> list[tuple[str, int, int]]:
+    """``(window, start, end)`` for each chunk ``(text, char_start, char_end)``, in order: runs of
+    consecutive chunks share a window, ``window[start:end] == text``.
+
+    Greedy from the first chunk: a run grows while its window counts at most ``max_tokens``
+    (``count_tokens``, special tokens included); a chunk that alone does not fit has a window
+    of its own (truncated by the model as the chunk alone would be). A window is the title and
+    the heading path of its first chunk (``embedding_text``; ``heading_paths[i]`` is chunk i's),
+    then the run's texts in order, joined by the document's own text between two chunks that
+    are verbatim spans of ``doc_text`` and do not overlap, else by a newline (an overlap is
+    then read twice). Chunks at a run's edge see context on one side only; an edit re-embeds
+    its run's chunks, and the runs after it when it moves where a run ends.
+    """
+    verbatim = [doc_text[s:e] == t for t, s, e in chunks]
+
+    def window_of(first: int, last: int) -> tuple[str, list[tuple[int, int]]]:
+        body, spans = embedding_text("", title=title, heading_path=heading_paths[first] if heading_paths else ()), []
+        for i in range(first, last + 1):
+            text, start, _ = chunks[i]
+            if i > first:
+                prev_end = chunks[i - 1][2]
+                both = verbatim[i - 1] and verbatim[i] and prev_end <= start
+                body += doc_text[prev_end:start] if both else "\n"
+            spans.append((len(body), len(body) + len(text)))
+            body += text
+        return body, spans
+
+    out: list[tuple[str, int, int]] = []
+    first = 0
+    while first < len(chunks):
+        last = first
+        window, spans = window_of(first, first)
+        while last + 1 < len(chunks):
+            longer, longer_spans = window_of(first, last + 1)
+            if count_tokens(longer) > max_tokens:
+                break
+            last, window, spans = last + 1, longer, longer_spans
+        out += [(window, start, end) for start, end in spans]
+        first = last + 1
+    return out
+
+
+def late_key(window: str, start: int, end: int) -> str:
+    """The embedding-cache key of a late-chunked span: the sha256 of the window and the span in it.
+
+    Never equal to the sha256 of a plain embedded text (the "late" prefix and the span are
+    hashed too), so a pooled vector is never served for a whole text or the other way round.
+    """
+    return hashlib.sha256(f"late\x00{start}:{end}\x00{window}".encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextRow(StoredChunk):
+    """A stored chunk as the embeddings step embeds it: ``text`` is what the model reads and
+    ``text_sha256`` the cache key. ``pooled_span`` (late chunking): only ``text[start:end]``'s
+    word pieces are pooled; None: the whole text's."""
+
+    pooled_span: tuple[int, int] | None = None
+
+
+def embed_rows(embedder, rows: Sequence[StoredChunk]) -> np.ndarray:
+    """One vector per row, in order: ``embedder.embed`` for whole texts, ``embedder.embed_spans``
+    for late-chunked rows (a ``ContextRow`` with a ``pooled_span``)."""
+    spans = [getattr(r, "pooled_span", None) for r in rows]
+    late = [i for i, span in enumerate(spans) if span is not None]
+    whole = [i for i, span in enumerate(spans) if span is None]
+    out = np.zeros((len(rows), embedder.dimension), dtype=np.float32)
+    if whole:
+        out[whole] = embedder.embed([rows[i].text for i in whole])
+    if late:
+        out[late] = embedder.embed_spans([(rows[i].text, *spans[i]) for i in late])
+    return out
 
 
 def document_title(first_heading: str | None, source_path: str | None, doc_id: str) -> str:
@@ -177,14 +293,18 @@ def with_context(
     """``rows`` (StoredChunk) with ``text`` replaced by the text to embed and ``text_sha256`` by its hash.
 
     The embeddings table then records the hash of what the model read (it equals the
-    chunk's text_sha256 exactly when no context is added). Neighbour context needs
-    ``embedder`` (its ``count_model_tokens`` and ``max_seq_length``).
+    chunk's text_sha256 exactly when no context is added). Neighbour context and late
+    chunking need ``embedder`` (its ``count_model_tokens`` and ``max_seq_length``). With
+    late chunking each row is a ``ContextRow`` whose ``text`` is the window, ``pooled_span``
+    the chunk's place in it and ``text_sha256`` their ``late_key``; tiled, the windows are
+    tiled over ``rows`` in the order given (the embeddings step gives a document's chunks
+    in order).
     """
     from search.engine import CHUNKS_RELATION
 
     context = EmbedContext.of(context)
-    if context.neighbour_tokens and embedder is None:
-        raise ValueError("neighbour context needs the embedder (to count the model's word pieces)")
+    if (context.neighbour_tokens or context.late_tokens) and embedder is None:
+        raise ValueError("neighbour context or late chunking needs the embedder (to count the model's word pieces)")
     title, paths, doc_text = "", {}, ""
     with store.connect(read_only=True) as con:
         if context.headings:
@@ -197,16 +317,34 @@ def with_context(
                 [doc_id, strategy],
             ).fetchall())
             title = document_title(heading[0] if heading else None, doc[0] if doc else None, doc_id)
-        if context.neighbour_tokens:
+        if context.neighbour_tokens or context.late_tokens:
             doc_text = "".join(t for (t,) in con.execute(
                 "SELECT text FROM pages WHERE doc_id = ? ORDER BY page_num", [doc_id]).fetchall())
+    late = context.late_tokens
+    max_tokens = embedder.max_seq_length if embedder is not None else None
+    if late:
+        max_tokens = min(late, max_tokens)
     out = []
+    if context.late_tiled:
+        tiles = late_tiles([(r.text, r.char_start, r.char_end) for r in rows], doc_text,
+                           count_tokens=embedder.count_model_tokens, max_tokens=max_tokens, title=title,
+                           heading_paths=[paths.get(r.chunk_index) or () for r in rows])
+        for row, (window, start, end) in zip(rows, tiles):
+            stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
+            stored.update(text=window, text_sha256=late_key(window, start, end))
+            out.append(ContextRow(**stored, pooled_span=(start, end)))
+        return out
     for row in rows:
-        text = context_text(
+        window, start, end = context_window(
             row.text, title=title, heading_path=paths.get(row.chunk_index) or (), doc_text=doc_text,
-            span=(row.char_start, row.char_end), neighbour_tokens=context.neighbour_tokens,
-            count_tokens=embedder.count_model_tokens if embedder is not None else None,
-            max_tokens=embedder.max_seq_length if embedder is not None else None,
+            span=(row.char_start, row.char_end), neighbour_tokens=late or context.neighbour_tokens,
+            count_tokens=embedder.count_model_tokens if embedder is not None else None, max_tokens=max_tokens,
         )
-        out.append(dataclasses.replace(row, text=text, text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest()))
+        if late:
+            stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
+            stored.update(text=window, text_sha256=late_key(window, start, end))
+            out.append(ContextRow(**stored, pooled_span=(start, end)))
+        else:
+            out.append(dataclasses.replace(
+                row, text=window, text_sha256=hashlib.sha256(window.encode("utf-8")).hexdigest()))
     return out

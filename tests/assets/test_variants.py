@@ -141,3 +141,35 @@ def test_embed_neighbours_names_only_enabled_strategies():
     settings = Settings(enabled_strategies=["recursive"], embed_neighbours={"paragraph": 64})
     with pytest.raises(ValueError, match=r"not enabled or not registered: \['paragraph'\]"):
         settings.strategy_instances()
+
+
+def test_late_chunking_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('embed_with_context = ["sentence"]\nembed_late_tiled = ["simple"]\n'
+                      '[embed_late]\nsentence = 256\nsimple = 128\n'
+                      + SW_RETRIEVAL + "embed_late = 192\nembed_late_tiled = true\n", encoding="utf-8")
+    settings = load_settings(config)
+    instances = {i.name: i.embed_context for i in settings.strategy_instances()}
+    assert instances["sentence"] == EmbedContext(headings=True, late_tokens=256)
+    assert instances["simple"] == EmbedContext(late_tokens=128, late_tiled=True)
+    assert instances["sw_small"] == EmbedContext(headings=True, late_tokens=192, late_tiled=True)
+    graph = build_project(settings).defs.resolve_asset_graph()
+    model = graph.get(AssetKey("embeddings_sentence_window")).code_version
+    assert graph.get(AssetKey("embeddings_sentence")).code_version == model + "+context+late256"
+    assert graph.get(AssetKey("embeddings_simple")).code_version == model + "+late128tiled"
+    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192tiled"
+
+
+def test_late_chunking_and_neighbours_on_one_strategy_are_refused_naming_the_key(tmp_path):
+    with pytest.raises(ValueError, match=r"embed_late and embed_neighbours both set for \['paragraph'\]"):
+        Settings(embed_late={"paragraph": 256}, embed_neighbours={"paragraph": 64})
+    with pytest.raises(ValueError, match=r"embed_late_tiled names \['simple'\] without an \[embed_late\] window"):
+        Settings(embed_late_tiled=["simple"])
+    with pytest.raises(ValueError, match=r"variants\.sw_small: .*late_tiled needs late_tokens"):
+        Settings(variants={"sw_small": {"strategy": "sentence_window", "embed_late_tiled": True}})
+    with pytest.raises(ValueError, match=r"variants\.sw_small: embed_late / embed_neighbours.*: late chunking"):
+        Settings(variants={"sw_small": {"strategy": "sentence_window", "embed_late": 256, "embed_neighbours": 64}})
+    with pytest.raises(ValueError, match=r"not enabled or not registered: \['nope'\]"):
+        Settings(embed_late={"nope": 256}).strategy_instances()
+    with pytest.raises(ValueError):
+        Settings(embed_late={"paragraph": -1})

@@ -5,6 +5,7 @@ import json
 import textwrap
 
 import duckdb
+import numpy as np
 import pytest
 from dagster import instance_for_test
 
@@ -58,6 +59,12 @@ def ingested(tmp_path_factory):
         embed_with_context = true
         chunk_token_size = 12
         chunk_overlap_token_size = 4
+        [variants.rec_late]
+        strategy = "recursive"
+        embed_with_context = true
+        embed_late = 40
+        chunk_token_size = 12
+        chunk_overlap_token_size = 0
     """), encoding="utf-8")
     settings = load_settings(config)
     project = build_project(settings)
@@ -113,14 +120,53 @@ def test_neighbour_context_embeds_the_text_around_each_chunk(ingested):
         assert GUIDE[chunk.char_start:chunk.char_end] == chunk.text  # the stored chunk is its own span
 
 
+def test_late_chunking_stores_each_chunks_pooled_vector_and_search_and_eval_use_it(ingested):
+    _, settings = ingested
+    from resources.embedding import EmbeddingModelResource
+    from resources.store import ChunkStore
+    from search.context import EmbedContext, with_context
+    from search.engine import SearchIndex
+    from search.evaluation import evaluate, load_eval_set
+
+    store = ChunkStore(settings.db_path)
+    chunks = store.load_chunks("guide.md", "rec_late")
+    assert len(chunks) > 2
+    embedder = EmbeddingModelResource(model=settings.embedding_model).get_embedder()
+    rows = with_context(store, "guide.md", "rec_late", chunks, EmbedContext(True, late_tokens=40), embedder)
+    expected = embedder.embed_spans([(r.text, *r.pooled_span) for r in rows])
+    stored = dict(store.load_embeddings_of(["guide.md"], "rec_late")["guide.md"])
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        keys = dict(con.execute("SELECT chunk_index, text_sha256 FROM embeddings WHERE doc_id = 'guide.md' "
+                                "AND strategy = 'rec_late'").fetchall())
+    assert keys == {r.chunk_index: r.text_sha256 for r in rows}  # keyed by window and span
+    for row, vector in zip(rows, expected):
+        assert row.text[slice(*row.pooled_span)] == GUIDE[row.char_start:row.char_end]  # the chunk's own words
+        assert embedder.count_model_tokens(row.text) <= 40  # the window: embed_late word pieces at most
+        assert np.abs(np.asarray(stored[row.chunk_index]) - vector).max() < 1e-5  # the pooled vector is stored
+    assert all(r.pooled_span[1] - r.pooled_span[0] + len("Harbour guide") < len(r.text) for r in rows)  # neighbours
+    whole = embedder.embed([r.text for r in rows])
+    assert any(np.abs(w - v).max() > 1e-3 for w, v in zip(whole, expected))  # not the window's own vector
+    # Search and eval read exactly those vectors: the top hit's score is its cosine to the query.
+    index = SearchIndex(settings.db_path, EmbeddingModelResource(model=settings.embedding_model).model_id,
+                        embed=embedder.embed)
+    try:
+        [hit] = index.search("When does the fish market open?", mode="vector", k=1, strategy="rec_late")
+        query = embedder.embed(["When does the fish market open?"])[0]
+        assert abs(hit.score - float(np.asarray(stored[hit.chunk_index]) @ query)) < 1e-4
+        report = evaluate(index, load_eval_set(settings.eval_set), ks=(5,), mode="vector", strategies=["rec_late"])
+        assert report.at(5)["rec_late"].recall > 0
+    finally:
+        index.close()
+
+
 def test_a_variant_is_a_strategy_of_its_own_in_the_store(ingested):
     _, settings = ingested
-    variant, = settings.strategy_instances()[2:]
+    variant = settings.strategy_instances()[2]
     with duckdb.connect(settings.db_path, read_only=True) as con:
         rows = dict(con.execute(
             """SELECT strategy, list(DISTINCT config_hash) FROM chunks WHERE doc_id = 'guide.md' GROUP BY 1""").fetchall())
         counts = dict(con.execute("SELECT strategy, count(*) FROM chunks GROUP BY 1").fetchall())
-    assert set(rows) == {"recursive", "paragraph", "rec_small"}
+    assert set(rows) == {"recursive", "paragraph", "rec_small", "rec_late"}
     assert rows["rec_small"] == [config_hash(variant.config)] != rows["recursive"]
     assert counts["rec_small"] > counts["recursive"]  # 12-token chunks: more of them than recursive's 30
 
@@ -130,7 +176,7 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
     assert main(["search", "fish market dawn", "--json", "-k", "2"]) == 0
     hits = json.loads(capsys.readouterr().out)
-    assert {h["strategy"] for h in hits} == {"recursive", "paragraph", "rec_small"}
+    assert {h["strategy"] for h in hits} == {"recursive", "paragraph", "rec_small", "rec_late"}
     top = next(h for h in hits if h["strategy"] == "recursive" and h["rank"] == 1)
     assert top["doc_id"] == "guide.md" and "fish market" in top["text"]
     assert GUIDE[top["char_start"]:top["char_end"]] == top["text"]
@@ -190,11 +236,11 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert main(["eval"]) == 0
     out = capsys.readouterr().out
     assert "recall" in out and "check recall_at_5_stable: passed" in out
-    names = ("recursive", "paragraph", "rec_small")
+    names = ("recursive", "paragraph", "rec_small", "rec_late")
     lines = [line.split() for line in out.splitlines() if line.startswith(names)]
     assert sorted((l[0], int(l[1])) for l in lines) == sorted((s, k) for s in names for k in (1, 3, 5, 10))
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 12
+        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 16
 
     # Overlap-aware top k: scored and recorded under its own mode label, never against plain top k.
     assert main(["eval", "--skip-covered", "0.5", "--json"]) == 0
@@ -202,7 +248,7 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert {c["name"]: c["passed"] for c in report["checks"]} == {"recall_at_5_stable": True}
     with duckdb.connect(settings.db_path, read_only=True) as con:
         modes = con.execute("SELECT mode, count(*) FROM retrieval_eval GROUP BY 1 ORDER BY 1").fetchall()
-    assert modes == [("vector", 12), ("vector,skip_covered=0.5", 12)]
+    assert modes == [("vector", 16), ("vector,skip_covered=0.5", 16)]
     assert main(["eval", "--skip-covered", "2"]) == 2
     assert "--skip-covered must be 0 (off) or a fraction in (0, 1]" in capsys.readouterr().err
 
@@ -210,4 +256,4 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert main(["eval", "--within", "paragraph", "--within-depth", "2"]) == 0
     assert "mode: vector,within=paragraph@2 " in capsys.readouterr().out
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 12
+        assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 16

@@ -2,11 +2,16 @@
 
 import hashlib
 
+import numpy as np
 import pytest
 
 from fixture_store import DOCS, put_document
 from resources.store import StoredChunk
-from search.context import EmbedContext, context_text, document_title, embedding_text, neighbours, with_context
+from search.context import (
+    ContextRow, EmbedContext, context_text, context_window, document_title, embed_rows, embedding_text, late_key,
+    late_tiles,
+    neighbours, with_context,
+)
 
 
 def test_embedding_text_prepends_title_and_heading_path():
@@ -124,3 +129,115 @@ def test_a_changed_neighbour_changes_the_cache_key_an_unchanged_one_does_not(sto
     original = key(DOCS["boats.txt"])
     assert key(DOCS["boats.txt"].replace("before dark", "after dark")) != original  # the sentence before changed
     assert key(DOCS["boats.txt"].replace("The ferry leaves at noon.", "The ferry is late.")) == original  # far away
+
+
+# -- late chunking ---------------------------------------------------------------------
+
+def test_late_window_is_the_chunk_centred_in_its_neighbours_and_pools_its_own_span():
+    text = DOC[SPAN[0]:SPAN[1]]
+    window, start, end = context_window(text, title="Guide", doc_text=DOC, span=SPAN, neighbour_tokens=14,
+                                        count_tokens=WordModel(256).count_model_tokens, max_tokens=14)
+    assert window == "Guide\n\nfour five six seven. CHUNK text here. eight nine ten eleven"
+    assert window[start:end] == text
+    # At the document's edge the other side takes the whole budget; the span is still the chunk's.
+    first = DOC[:len("one two")]
+    window, start, end = context_window(first, doc_text=DOC, span=(0, len(first)), neighbour_tokens=8,
+                                        count_tokens=WordModel(256).count_model_tokens, max_tokens=8)
+    assert (window, window[start:end]) == ("one two three four five six", first)
+    # A chunk longer than the window gets no neighbours: the window is its own text (the model
+    # truncates it at its max sequence, as it would truncate the chunk embedded alone).
+    assert context_window(text, doc_text=DOC, span=SPAN, neighbour_tokens=3,
+                          count_tokens=WordModel(256).count_model_tokens, max_tokens=3) == (text, 0, len(text))
+
+
+def test_with_late_chunking_rows_carry_the_window_its_span_and_a_key_of_both(store):
+    second = store.load_chunks("boats.txt", "sent")[1]
+    # 15 word pieces: the chunk's 7 words, 2 special tokens and 6 words of neighbours.
+    [row] = with_context(store, "boats.txt", "sent", [second], EmbedContext(late_tokens=15), WordModel(256))
+    assert row.text == "boats before dark. Fishermen mend their nets on the quay.\n\nWind turns every"
+    assert row.text[slice(*row.pooled_span)] == second.text
+    assert row.text_sha256 == late_key(row.text, *row.pooled_span)
+    assert row.text_sha256 not in {hashlib.sha256(row.text.encode()).hexdigest(), second.text_sha256}
+    assert (row.chunk_index, row.char_start, row.char_end) == (second.chunk_index, second.char_start, second.char_end)
+    # The window never exceeds the model's max sequence, whatever embed_late asks for.
+    [capped] = with_context(store, "boats.txt", "sent", [second], EmbedContext(late_tokens=256), WordModel(10))
+    assert WordModel(10).count_model_tokens(capped.text) <= 10
+    [headed] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, late_tokens=16), WordModel(256))
+    assert headed.text == "boats\n\n" + row.text and headed.text[slice(*headed.pooled_span)] == second.text
+    assert late_key("a b", 0, 1) != late_key("a b", 2, 3)  # the same window, another span: another key
+
+
+def test_late_key_changes_when_a_neighbour_in_the_window_changes_and_not_otherwise(store):
+    def key(text: str) -> str:
+        put_document(store, "boats.txt", text)
+        chunk = next(c for c in store.load_chunks("boats.txt", "sent") if c.text == "Fishermen mend their nets on the quay.")
+        [row] = with_context(store, "boats.txt", "sent", [chunk], EmbedContext(late_tokens=15), WordModel(256))
+        return row.text_sha256
+
+    original = key(DOCS["boats.txt"])
+    assert key(DOCS["boats.txt"]) == original  # an unchanged document: the same keys, all cache hits
+    assert key(DOCS["boats.txt"].replace("before dark", "after dark")) != original  # inside the window
+    assert key(DOCS["boats.txt"].replace("The ferry leaves at noon.", "The ferry is late.")) == original  # outside
+
+
+def test_embed_rows_pools_late_rows_and_embeds_the_others_whole():
+    class Recorder:
+        dimension = 2
+
+        def __init__(self):
+            self.calls = []
+
+        def embed(self, texts):
+            self.calls.append(("embed", list(texts)))
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+        def embed_spans(self, windows):
+            self.calls.append(("spans", list(windows)))
+            return np.full((len(windows), 2), 2.0, dtype=np.float32)
+
+    plain = StoredChunk(0, "plain", "p", 1, 0, 5)
+    late = ContextRow(1, "left CHUNK right", "k", 1, 6, 11, pooled_span=(5, 10))
+    recorder = Recorder()
+    vectors = embed_rows(recorder, [late, plain])
+    assert vectors.tolist() == [[2.0, 2.0], [1.0, 1.0]]
+    assert recorder.calls == [("embed", ["plain"]), ("spans", [("left CHUNK right", 5, 10)])]
+
+
+def test_late_chunking_options_are_checked():
+    assert EmbedContext(late_tokens=256) and EmbedContext(late_tokens=256).code_version_suffix() == "+late256"
+    assert EmbedContext(True, late_tokens=128).code_version_suffix() == "+context+late128"
+    with pytest.raises(ValueError, match="late_tokens must be >= 0"):
+        EmbedContext(late_tokens=-1)
+    with pytest.raises(ValueError, match="late chunking and neighbour context exclude each other"):
+        EmbedContext(neighbour_tokens=64, late_tokens=256)
+
+
+def test_late_tiles_share_windows_of_consecutive_chunks_within_the_budget():
+    doc = "one two three. four five. six seven eight. nine"
+    chunks = [(t, doc.index(t), doc.index(t) + len(t)) for t in ("one two three.", "four five.", "six seven eight.", "nine")]
+    count = WordModel(256).count_model_tokens
+    tiles = late_tiles(chunks, doc, count_tokens=count, max_tokens=9)  # 7 words + 2 specials per window
+    assert [w for w, _, _ in tiles] == ["one two three. four five.", "one two three. four five.",
+                                        "six seven eight. nine", "six seven eight. nine"]
+    assert all(w[s:e] == text for (w, s, e), (text, _, _) in zip(tiles, chunks))
+    assert all(count(w) <= 9 for w, _, _ in tiles)
+    # A chunk that alone exceeds the window has its own; a title and the first chunk's headings lead it.
+    [(alone, s, e), (next_window, _, _)] = late_tiles(chunks[2:], doc, count_tokens=count, max_tokens=3)
+    assert (alone[s:e], next_window) == ("six seven eight.", "nine")
+    titled = late_tiles(chunks[:2], doc, count_tokens=count, max_tokens=20, title="Doc", heading_paths=[["Intro"], []])
+    assert titled[0][0] == titled[1][0] == "Doc > Intro\n\none two three. four five."
+    # Chunks that are not verbatim spans (or overlap) are joined by a newline.
+    changed = [("ONE two three.", 0, 14), chunks[1]]
+    assert late_tiles(changed, doc, count_tokens=count, max_tokens=20)[0][0] == "ONE two three.\nfour five."
+
+
+def test_tiled_late_rows_and_their_keys(store):
+    rows = store.load_chunks("boats.txt", "sent")
+    tiled = with_context(store, "boats.txt", "sent", rows, EmbedContext(late_tokens=256, late_tiled=True),
+                         WordModel(256))
+    assert len({r.text for r in tiled}) == 1 and tiled[0].text == DOCS["boats.txt"]  # one window for the document
+    assert [r.text[slice(*r.pooled_span)] for r in tiled] == [r.text for r in rows]
+    assert len({r.text_sha256 for r in tiled}) == len(rows)  # one key per span
+    assert EmbedContext(late_tokens=256, late_tiled=True).code_version_suffix() == "+late256tiled"
+    with pytest.raises(ValueError, match="late_tiled needs late_tokens"):
+        EmbedContext(late_tiled=True)
