@@ -655,36 +655,39 @@ class _Splitter:
         target = self.config.section_overlap
         if target <= 0:
             return
-        candidates: list[tuple[_Draft, _Draft, str]] = []
-        figures = [self.is_figure(draft) for draft in drafts] if not self.config.reference_mode else []
-        for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
-            if self.config.reference_mode:
-                if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
-                    continue
-                if current.home == following.home and "<figure" in following.text.lower():
-                    continue
-                if current.home != following.home and not self.reference_continues(current.text, following.text):
-                    continue
-            else:
-                if figures[i] or figures[i + 1]:
-                    continue
-                if current.home != following.home and not self.continues_across_pages(current.text, following.text):
-                    continue
-            prefix = self.overlap_prefix(following.text, target)
+        if self.config.reference_mode:
+            self.add_reference_overlap(drafts, target)
+            return
+        # Each pair's overlap depends on that pair alone. Per pair only what decides it is
+        # computed in Python (the prefix, its room); the prefixes are counted in one batch.
+        currents: list[_Draft] = []
+        followings: list[_Draft] = []
+        prefixes: list[str] = []
+        figures = [self.is_figure(draft) for draft in drafts] if self.any_figure else None
+        prefix_of = self.native_overlap_prefix
+        for i in range(len(drafts) - 1):
+            following = drafts[i + 1]
+            following_text = following.text
+            if len(following_text) <= target:
+                continue  # native_overlap_prefix gives "": a chunk no longer than the target is never copied
+            if figures is not None and (figures[i] or figures[i + 1]):
+                continue
+            current = drafts[i]
+            if current.home != following.home and not self.continues_across_pages(current.text, following_text):
+                continue
+            prefix = prefix_of(following_text, target)
             if not prefix or current.text.endswith(prefix):
                 continue
-            candidates.append((current, following, prefix))
-        # Each pair's overlap depends on that pair alone: the prefixes are counted in one batch.
-        if self.config.reference_mode:
-            for current, following, prefix in candidates:
-                self.append_reference_overlap(current, following, prefix)
-            return
-        prefix_counts = self.count_many_at([p for _, _, p in candidates], [f.start for _, f, _ in candidates])
+            currents.append(current)
+            followings.append(following)
+            prefixes.append(prefix)
+        prefix_counts = self.count_many_at(prefixes, [following.start for following in followings])
+        soft_limit, cap = self.config.soft_limit, self.cap
         shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
-        for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
+        for current, following, prefix, prefix_tokens in zip(currents, followings, prefixes, prefix_counts):
             joiner = self.overlap_joiner(current, following, prefix)
-            room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-            room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+            room_chars = soft_limit - len(current.text) - len(joiner)
+            room_tokens = cap - current.tokens - (1 if joiner else 0)
             if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
                 self.set_overlap(current, following, joiner, prefix)
                 continue
@@ -705,6 +708,20 @@ class _Splitter:
             fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
             if fitting:
                 self.set_overlap(current, following, joiner, fitting[0])
+
+    def add_reference_overlap(self, drafts: list[_Draft], target: int) -> None:
+        """The reference's look-ahead overlap of each pair of ``drafts`` (reference mode)."""
+        for current, following in zip(drafts, drafts[1:]):
+            if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
+                continue
+            if current.home == following.home and "<figure" in following.text.lower():
+                continue
+            if current.home != following.home and not self.reference_continues(current.text, following.text):
+                continue
+            prefix = self.overlap_prefix(following.text, target)
+            if not prefix or current.text.endswith(prefix):
+                continue
+            self.append_reference_overlap(current, following, prefix)
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -919,17 +936,19 @@ class _Splitter:
             metadata["cap_exempt"] = "figure"
         if draft.overlap:
             metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
-        return Chunk(
-            text=text,
-            char_start=start,
-            char_end=end,
-            token_count=tokens,
-            page_start=page_start,
-            page_end=page_end,
-            # text == doc.text[start:end], compared in place rather than on a copy of the slice
-            verbatim=len(text) == end - start
-            and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
-            metadata=metadata,
+        return Chunk.of(
+            {
+                "text": text,
+                "char_start": start,
+                "char_end": end,
+                "token_count": tokens,
+                "page_start": page_start,
+                "page_end": page_end,
+                # text == doc.text[start:end], compared in place rather than on a copy of the slice
+                "verbatim": len(text) == end - start
+                and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
+                "metadata": metadata,
+            }
         )
 
 
