@@ -299,3 +299,31 @@ def test_sentence_packing_over_unit_lists_matches_packing_unit_tuples(texts, cap
 def test_sentence_packing_over_unit_lists_matches_on_long_pages(texts, cap, reference):
     config = SentenceConfig(max_tokens_per_section=cap, max_section_length=4 * cap, reference_mode=reference)
     _check_packing_against_reference(long_document(texts), config)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pages_strategy, st.sampled_from(["numbered", "all page 0", "one page", "blocks"]), st.sampled_from([24, 500]))
+def test_provenance_shortcut_gives_what_attach_provenance_gives(monkeypatch, texts, shape, cap):
+    # provenance_attached skips attach_provenance where it changes nothing (every page
+    # numbered 0, no located block); here it is compared with attach_provenance itself,
+    # on the chunks both strategies make before provenance, for documents of every shape.
+    from chunking.model import Block, attach_provenance
+    from chunking.strategies import sentence, sentence_window
+
+    doc = document(texts)
+    if shape == "all page 0":
+        doc = doc.model_copy(update={"pages": [p.model_copy(update={"page_num": 0}) for p in doc.pages]})
+    elif shape == "one page":
+        doc = ParsedDocument.from_text(doc.text)
+    elif shape == "blocks" and doc.text:
+        doc = doc.model_copy(update={"pages": [p.model_copy(update={"page_num": 0}) for p in doc.pages],
+                                     "blocks": [Block(block_id="b0", index=0, heading="H", content=doc.text, char_start=0,
+                                                      char_end=len(doc.text))]})
+    raw: list = []
+    monkeypatch.setattr(sentence, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
+    monkeypatch.setattr(sentence_window, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
+    chunk_sentence(doc, SentenceConfig(max_tokens_per_section=cap), TOKENIZER)
+    chunk_sentence_window(doc, SentenceWindowConfig(chunk_size=cap, overlap=0), TOKENIZER)
+    monkeypatch.undo()
+    for chunks in raw:
+        assert sentence.provenance_attached(doc, chunks) == attach_provenance(doc, chunks)
