@@ -442,7 +442,7 @@ class _Splitter:
         start: int,
         end: int,
         duplicated: bool = False,
-        boundaries: tuple[list[int], list[int]] | None = None,
+        boundaries: _SpanBoundaries | None = None,
         density: float = 0.0,
     ) -> list[tuple[int, int, int]]:
         """Recursive split: sentence end near the midpoint, else word break, else midpoint overlap.
@@ -460,11 +460,10 @@ class _Splitter:
         if self.config.reference_mode:
             # The reference scans outward from the midpoint while ``mid - pos > length // 3``.
             lo, hi = start + length // 3 + 1, start + 2 * (length // 2) - length // 3
-        boundaries = boundaries or self.boundary_positions(start, end)
-        sentence_ends, word_breaks = boundaries
-        cut = _nearest(sentence_ends, middle, lo, hi)
+        boundaries = boundaries or _SpanBoundaries(self.text, end)
+        cut = boundaries.nearest(self.sentence_end_pattern, middle, lo, hi)
         if cut is None:
-            cut = _nearest(word_breaks, middle, lo, hi)
+            cut = boundaries.nearest(self.word_break_pattern, middle, lo, hi)
         if cut is not None:
             # Split just after the boundary character: it stays in the first half.
             return self.split_oversized(start, cut + 1, duplicated, boundaries, density) + self.split_oversized(
@@ -473,13 +472,6 @@ class _Splitter:
         overlap = 0 if duplicated else length * self.config.split_overlap_percent // 100
         return self.split_oversized(start, middle + overlap, True, boundaries, density) + self.split_oversized(
             middle - overlap, end, True, boundaries, density
-        )
-
-    def boundary_positions(self, start: int, end: int) -> tuple[list[int], list[int]]:
-        """Sentence-ending and word-break indices in [start, end), for one oversized span."""
-        return (
-            [m.start() for m in self.sentence_end_pattern.finditer(self.text, start, end)],
-            [m.start() for m in self.word_break_pattern.finditer(self.text, start, end)],
         )
 
     @cached_property
@@ -978,14 +970,48 @@ def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:
     return bounds + more[1:]
 
 
-def _nearest(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
-    """The position in [lo, hi) nearest ``middle``, the earlier one on a tie."""
-    i = bisect.bisect_right(positions, middle)
-    before = positions[i - 1] if i > 0 and positions[i - 1] >= lo else None
-    after = positions[i] if i < len(positions) and positions[i] < hi else None
-    if before is None or (after is not None and after - middle < middle - before):
-        return after
-    return before
+class _SpanBoundaries:
+    """Where a pattern matches near a midpoint of one oversized span ``[.., end)`` of ``text``.
+
+    ``nearest(pattern, middle, lo, hi)`` is the match start in ``[lo, hi)`` nearest
+    ``middle``, the earlier one on a tie, among the matches of
+    ``pattern.finditer(text, span_start, end)`` -- for the sentence-end and word-break
+    patterns, which match one character, with at most a one-character look-ahead
+    (``(?=\\s|$)``) and no look-behind. Found by searching next to the midpoint
+    rather than listing every match of the span (a 2,000-character code block has
+    hundreds of word breaks; the recursion asks about a few of them).
+
+    Why it is the same answer: each match is one character, so a search from any
+    position finds every match start from there on. A match at ``p`` is decided by
+    ``text[p]`` and ``text[p + 1]`` (or the end): with ``endpos`` past ``p + 1``,
+    or equal to ``end``, the decision is the one the whole span's scan takes (``$``
+    then matches only at ``end``, or before a final newline, which is whitespace
+    anyway). Matches before the midpoint matter only within the distance of the
+    first one after it.
+    """
+
+    __slots__ = ("text", "end")
+
+    def __init__(self, text: str, end: int) -> None:
+        self.text, self.end = text, end
+
+    def nearest(self, pattern: re.Pattern[str], middle: int, lo: int, hi: int) -> int | None:
+        text, end = self.text, self.end
+        after = None
+        if middle + 1 < hi:
+            found = pattern.search(text, middle + 1, min(hi + 1, end))
+            if found is not None and found.start() < hi:
+                after = found.start()
+        before = None
+        scan_from = lo if after is None else max(lo, middle - (after - middle))
+        if scan_from <= middle:
+            for found in pattern.finditer(text, scan_from, min(middle + 2, end)):
+                if found.start() > middle:
+                    break
+                before = found.start()
+        if before is None or (after is not None and after - middle < middle - before):
+            return after
+        return before
 
 
 def _join_gap(left: str, right: str) -> str:

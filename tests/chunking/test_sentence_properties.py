@@ -327,3 +327,40 @@ def test_provenance_shortcut_gives_what_attach_provenance_gives(monkeypatch, tex
     monkeypatch.undo()
     for chunks in raw:
         assert sentence.provenance_attached(doc, chunks) == attach_provenance(doc, chunks)
+
+
+def _nearest_listed(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
+    """The straightforward answer: every match listed, the one in [lo, hi) nearest middle (earlier on a tie)."""
+    import bisect
+
+    i = bisect.bisect_right(positions, middle)
+    before = positions[i - 1] if i > 0 and positions[i - 1] >= lo else None
+    after = positions[i] if i < len(positions) and positions[i] < hi else None
+    if before is None or (after is not None and after - middle < middle - before):
+        return after
+    return before
+
+
+boundary_text = st.lists(st.sampled_from(["a", "bc", ".", "!", "?", "。", "，", " ", "\n", "\t", ",", "0.9", "x.y", "、", "\u3000",
+                                          "é", "😀", "...", ".\n", "(", ")"]), max_size=120).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(boundary_text, st.data(), st.booleans())
+def test_span_boundaries_near_a_midpoint_match_the_listed_matches(text, data, reference):
+    # split_oversized asks _SpanBoundaries for the sentence end (else word break) nearest
+    # each midpoint, searched next to it; the list of every match of the span must agree.
+    from chunking.strategies.sentence import _Splitter, _SpanBoundaries
+
+    splitter = _Splitter(text, SentenceConfig(reference_mode=reference), TOKENIZER)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    boundaries = _SpanBoundaries(text, end)
+    for pattern in (splitter.sentence_end_pattern, splitter.word_break_pattern):
+        positions = [m.start() for m in pattern.finditer(text, start, end)]
+        for _ in range(5):
+            middle = data.draw(st.integers(start, end))
+            lo = data.draw(st.integers(start, middle + 1))
+            hi = data.draw(st.integers(middle, end))
+            assert boundaries.nearest(pattern, middle, lo, hi) == _nearest_listed(positions, middle, lo, hi), (
+                pattern.pattern, start, end, middle, lo, hi)
