@@ -354,6 +354,18 @@ class _TiktokenSpanCounter:
     strings encoded directly. Only characters whose class no Unicode version
     disputes are used as letters and non-letters (Python's tables and the regex
     engine's may differ on newer characters): see :func:`_word_end_tables`.
+
+    A *line start* -- a newline followed by a printable ASCII character other than
+    the space -- is used the same way (it is in the index with the word ends; a line
+    of digits, rules or brackets has no word end). The alternatives that can match
+    a newline are the whitespace runs (``\s++$``, ``\s*[\r\n]``, ``\s+(?!\S)``,
+    ``\s``) and `` ?[^\s\p{L}\p{N}]++[\r\n]*+``, which ends with its newlines;
+    none holds a non-whitespace character after a newline, and the optional first
+    character of the letter alternative is never a newline. So a pre-token ends at
+    that newline, in the whole text and in any substring holding both characters;
+    in a substring that ends there, the run ending at the newline is matched whole
+    by ``\s++$`` (or the punctuation alternative) as in the whole text by
+    ``\s*[\r\n]``: the same pre-token, the same tokens.
     """
 
     __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np",
@@ -534,7 +546,9 @@ def _word_end_tokens(data: bytes, token_ends):
     """Indexes of the tokens that end at a word end of ``data`` (UTF-8), ascending: numpy int64.
 
     A word end is where a character that :func:`_word_end_tables` calls a letter
-    is followed by one it calls a non-letter, or by the end of the text. Those
+    is followed by one it calls a non-letter, or by the end of the text; a line start
+    (a newline, then a printable ASCII character other than the space) counts as one
+    too (see :class:`_TiktokenSpanCounter`). Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
     Where both bytes are ASCII one table look-up of the pair decides; only token
@@ -574,9 +588,13 @@ def _word_end_tokens(data: bytes, token_ends):
 
 @functools.cache
 def _ascii_pair_word_end_table():
-    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter."""
+    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter,
+    or a newline then a printable ASCII character other than the space (a line start:
+    see :class:`_TiktokenSpanCounter`)."""
     byte_letter, byte_non_letter = _byte_word_end_tables()
-    return (byte_letter[:, None] & byte_non_letter[None, :]).reshape(-1)
+    table = byte_letter[:, None] & byte_non_letter[None, :]
+    table[0x0A, 0x21:0x7F] = True
+    return table.reshape(-1)
 
 
 def _three_byte_code_points(raw, leads):

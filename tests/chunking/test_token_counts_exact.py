@@ -10,6 +10,7 @@ is used), mixed scripts, token caps small enough that cuts fall everywhere.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -170,7 +171,7 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
     letter, non_letter = _word_end_tables()
     rng = random.Random(11)
     parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文", "，", "「引用」", "\n", "！", "x", "1", " word", "é", "😀",
-             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~"]
+             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~", "\n#", "\n 1", "\r\n", "\n\x7f", "\n\x1f"]
     text = "".join(rng.choice(parts) for _ in range(4000))
     data = text.encode()
     encoded = cl100k.encode_text(text)
@@ -185,4 +186,31 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
         index = char_at.get(end)  # a token end inside a character is no word end
         if index and letter[ord(text[index - 1])] and (index == len(text) or non_letter[ord(text[index])]):
             expected.append(k)
+        elif index and index < len(text) and text[index - 1] == "\n" and "!" <= text[index] <= "~":
+            expected.append(k)  # a line start
     assert _word_end_tokens(data, encoded.token_ends).tolist() == expected
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.sampled_from(["12345", "(1, 2)", "***", "-----", "  \t", "", "x = [1]", ">>> 0.5", "'a'", "\\[1\\]",
+                                    "  # c", "...", "é1", "中。", " ", "\r", "!?", "{}", "foo"]), min_size=300, max_size=900),
+    seed=st.integers(0, 10**6),
+)
+def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
+    # Lines of digits, rules and brackets have no word end: their spans are cut at line
+    # starts (a newline, then printable ASCII other than the space) -- after whitespace
+    # runs, punctuation, CRs, and before digits, quotes and brackets.
+    rng = random.Random(seed)
+    text = "\n".join(lines) + "\n" + "".join(rng.choice(["1, 2, 3\n", "(a)\n", "\n\n---\n", " x\n"]) for _ in range(900))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many"), "enough word ends and line starts for the one-encoding index"
+    line_starts = [m.end() for m in re.finditer(r"\n(?=[!-~])", text)]
+    assert set(line_starts) <= set(count.word_ends.tolist()), "every line start is in the index"
+    bounds = sorted(rng.choice(line_starts) + rng.choice([-2, -1, 0, 0, 1, 3]) for _ in range(300))
+    starts, ends = bounds[:-1], bounds[1:]
+    expected = [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+    assert count.many(starts, ends) == expected
+    assert [count(s, e) for s, e in zip(starts, ends)] == expected
+    far = [(s, min(len(text), s + rng.randrange(17, 400))) for s in starts]
+    assert count.many([s for s, _ in far], [e for _, e in far]) == [len(cl100k.encode(text[s:e])) for s, e in far]
