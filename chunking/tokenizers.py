@@ -473,9 +473,9 @@ class _TiktokenSpanCounter:
     def _code_points(self):
         """numpy uint32: the text's code points (built on first use; no lone surrogates here)."""
         if self._codes is None:
-            import numpy as np
+            from chunking.segmenter import code_points  # shared with the segmenter: one copy per document
 
-            self._codes = np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            self._codes = code_points(self.text)
         return self._codes
 
     def _packed_keys(self, starts, lengths):

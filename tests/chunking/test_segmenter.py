@@ -187,3 +187,14 @@ def test_sentence_bounds_from_gives_the_cuts_after_its_start_and_no_other():
             assert bounds[1:-1] == [b for b in whole[1:-1] if b > lo]
             checked += lo > 0
     assert checked > 1000  # most starts are not moved back to 0
+
+
+def test_code_points_are_kept_for_the_last_text_only():
+    from chunking.segmenter import code_points
+
+    text = "naïve 😀 中文 \ud800 x" * 300  # a lone surrogate too
+    codes = code_points(text)
+    assert codes.tolist() == [ord(c) for c in text]
+    assert code_points(text) is codes, "the segmenter and the span counter share one array per document"
+    other = (text + " ")[:-1]
+    assert code_points(other) is not codes and code_points(other).tolist() == codes.tolist()
