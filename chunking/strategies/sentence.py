@@ -97,7 +97,9 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import (
     CJK_SENTENCE_ENDINGS,
     SENTENCE_ENDINGS,
+    VECTOR_SCAN_CHARS,
     WORD_BREAKS,
+    code_points,
     ends_with_sentence_ending,
     sentence_bounds,
     sentence_bounds_from,
@@ -422,7 +424,10 @@ class _Splitter:
             return [spans[0][0], *(e for _, e in spans)] if spans else []
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
             return sentence_bounds(self.text)
-        return sentence_bounds(self.text[start:end], start)
+        # A long slice (a page, text between figures) is segmented from a view of the
+        # document's code points, which the span counter reads too: one UTF-32 copy.
+        codes = code_points(self.text)[start:end] if end - start >= VECTOR_SCAN_CHARS else None
+        return sentence_bounds(self.text[start:end], start, codes=codes)
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         """The reference's spans: cut just after every sentence-ending character
