@@ -104,6 +104,17 @@ class Chunk(BaseModel):
     verbatim: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> "Chunk":
+        """``Chunk(**values)``: the same validation by the model's own validator, called directly.
+
+        ``BaseModel.__init__`` hands the validator the instance to fill and keyword
+        arguments to parse, which costs about as much again as the validation itself
+        with pydantic 2.14 / pydantic-core 2.50 (~2.5 us a chunk); a strategy making
+        thousands of chunks calls this. Same checks, same errors, same fields set.
+        """
+        return cls.__pydantic_validator__.validate_python(values)
+
     @property
     def text_sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()

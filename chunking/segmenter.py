@@ -84,6 +84,8 @@ _BLANK_LINE = re.compile("\n[^\\S\n]*\n")
 # regex scans a character class holding non-Latin-1 characters at ~40 ns per char,
 # and the rules cost a few microseconds per candidate in Python.
 _VECTOR_SCAN_CHARS = 4096
+# The same, for a caller deciding whether to hand sentence_bounds a text's code points.
+VECTOR_SCAN_CHARS = _VECTOR_SCAN_CHARS
 # The numpy path steps through at most this much whitespace, and this many closers, after a candidate.
 _MAX_WHITESPACE_STEPS = 32
 _MAX_CLOSER_STEPS = 8
@@ -133,20 +135,22 @@ def sentence_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def sentence_bounds(text: str, offset: int = 0) -> list[int]:
+def sentence_bounds(text: str, offset: int = 0, *, codes: Any = None) -> list[int]:
     """``sentence_spans(text, offset)`` as its bounds: the first start, then every end.
 
     For a caller that wants the starts and ends as two lists (``bounds[:-1]``,
     ``bounds[1:]``): no tuple per sentence is made (a document has thousands, and
     each allocation brings the next cyclic garbage collection nearer). ``[]`` for
-    empty text.
+    empty text. ``codes``: ``code_points(text)`` when the caller has it already (a
+    slice of a document's array: ``code_points(doc)[start:end]`` for
+    ``text = doc[start:end]``), so a long text is not copied to UTF-32 again.
     """
     if not isinstance(text, str):
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")
     if not text:
         return []
     if len(text) >= _VECTOR_SCAN_CHARS:
-        return _long_text_bounds(text, offset)
+        return _long_text_bounds(text, offset, codes)
     bounds = _bounds_candidate_by_candidate(text)
     return [bound + offset for bound in bounds] if offset else bounds
 
@@ -225,7 +229,7 @@ def _long_text_spans(text: str, offset: int = 0) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
+def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int]:
     """``sentence_bounds(text, offset)`` with each candidate's ``_evaluate`` mostly answered with numpy.
 
     The candidates are ``_CANDIDATE``'s: maximal runs of ending characters and
@@ -246,7 +250,10 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     import numpy as np
 
     tables = _scan_tables()
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    if codes is None:
+        codes = code_points(text)
+    elif len(codes) != len(text):
+        raise ValueError(f"codes hold {len(codes)} code points for a text of {len(text)} characters")
     size, last = len(codes), len(codes) - 1
     at, after, is_blank, has_cjk, has_bang = _candidate_arrays(text, codes, tables)
 
@@ -349,6 +356,28 @@ def _long_text_bounds(text: str, offset: int = 0) -> list[int]:
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
     return (np.concatenate(([0], cuts, [size])) + offset).tolist()
+
+
+_last_code_points: tuple[str, Any] | None = None  # (text, its code points): the last text asked for
+
+
+def code_points(text: str):
+    """numpy uint32 (read-only): the code points of ``text``, lone surrogates included.
+
+    The last text's array is kept (by identity of ``text``, as
+    ``TiktokenTokenizer.encode_text`` keeps its encoding): the segmenter and the span
+    counter of one document both read it, and it is built once (a UTF-32 copy of
+    the text: ~1-4 ms per million characters).
+    """
+    global _last_code_points
+    import numpy as np
+
+    last = _last_code_points
+    if last is not None and last[0] is text:
+        return last[1]
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    _last_code_points = (text, codes)
+    return codes
 
 
 def _step_over(positions, stepping, codes, is_class, max_steps: int):

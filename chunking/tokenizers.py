@@ -252,6 +252,9 @@ _SMALL_PIECE_CACHE_CHARS = 64
 # From this many spans on, ``many`` looks them up with numpy.
 _MANY_SPANS_VECTORIZED = 64
 _SMALL_PIECE_CACHE_SIZE = 65536
+# Heads and tails of at most this many characters below U+00FF are looked up by a
+# 64-bit integer packing them (8 bits a character), not sliced one by one.
+_PACKED_CHARS = 8
 
 
 class EncodedText:
@@ -351,9 +354,22 @@ class _TiktokenSpanCounter:
     strings encoded directly. Only characters whose class no Unicode version
     disputes are used as letters and non-letters (Python's tables and the regex
     engine's may differ on newer characters): see :func:`_word_end_tables`.
+
+    A *line start* -- a newline followed by a printable ASCII character other than
+    the space -- is used the same way (it is in the index with the word ends; a line
+    of digits, rules or brackets has no word end). The alternatives that can match
+    a newline are the whitespace runs (``\s++$``, ``\s*[\r\n]``, ``\s+(?!\S)``,
+    ``\s``) and `` ?[^\s\p{L}\p{N}]++[\r\n]*+``, which ends with its newlines;
+    none holds a non-whitespace character after a newline, and the optional first
+    character of the letter alternative is never a newline. So a pre-token ends at
+    that newline, in the whole text and in any substring holding both characters;
+    in a substring that ends there, the run ending at the newline is matched whole
+    by ``\s++$`` (or the punctuation alternative) as in the whole text by
+    ``\s*[\r\n]``: the same pre-token, the same tokens.
     """
 
-    __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np")
+    __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np",
+                 "_codes")
 
     def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int]):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
@@ -366,6 +382,7 @@ class _TiktokenSpanCounter:
         self._word_ends_np, self._tokens_before_np = word_ends, tokens_before
         self._word_ends = self._tokens_before = None
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
+        self._codes = None  # the text's code points, for _packed_keys
 
     @classmethod
     def build(cls, tokenizer: "TiktokenTokenizer", encoded: EncodedText) -> "_TiktokenSpanCounter | None":
@@ -434,13 +451,74 @@ class _TiktokenSpanCounter:
         import numpy as np
 
         counts = np.zeros(len(starts), dtype=np.int64)
-        present = np.flatnonzero(ends > starts)
+        lengths = ends - starts
+        present = np.flatnonzero(lengths > 0)
+        if len(present) >= _MANY_SPANS_VECTORIZED:
+            # Most heads and tails ("The", ". ") are a few Latin-1 characters: those are
+            # looked up by an integer packing their characters, one per distinct piece,
+            # without a Python string per piece; the others are sliced below.
+            packed, keys = self._packed_keys(starts[present], lengths[present])
+            if len(packed):
+                counts[present[packed]] = self._counts_of_keys(keys)
+                keep = np.ones(len(present), dtype=bool)
+                keep[packed] = False
+                present = present[keep]
         pieces = list(map(self.text.__getitem__, map(slice, starts[present].tolist(), ends[present].tolist())))
         found = np.fromiter(map(self.cache.get, pieces, itertools.repeat(-1)), dtype=np.int64, count=len(pieces))
         for k in np.flatnonzero(found < 0).tolist():
             found[k] = self.piece(pieces[k])
         counts[present] = found
         return counts
+
+    def _code_points(self):
+        """numpy uint32: the text's code points (built on first use; no lone surrogates here)."""
+        if self._codes is None:
+            from chunking.segmenter import code_points  # shared with the segmenter: one copy per document
+
+            self._codes = code_points(self.text)
+        return self._codes
+
+    def _packed_keys(self, starts, lengths):
+        """``(rows, keys)``: the rows whose piece ``text[s:s+n]`` has ``1 <= n <= _PACKED_CHARS``
+        characters, all below U+00FF, and the key of each such piece (numpy uint64)."""
+        import numpy as np
+
+        codes = self._code_points()
+        last = len(codes) - 1
+        rows = np.flatnonzero((lengths > 0) & (lengths <= _PACKED_CHARS))
+        starts, lengths = starts[rows], lengths[rows]
+        keys = np.zeros(len(rows), dtype=np.uint64)
+        wide = np.zeros(len(rows), dtype=bool)
+        # Slot k (bits 8k..8k+7) holds character k + 1 (1..255), 0 past the piece's end:
+        # a piece has one key and a key one piece. One gather per slot, over all rows.
+        for k in range(_PACKED_CHARS):
+            chars = codes[np.minimum(starts + k, last)]
+            inside = lengths > k
+            wide |= inside & (chars >= 0xFF)
+            keys |= ((chars + 1) * inside).astype(np.uint64) << np.uint64(8 * k)
+        fits = ~wide
+        rows, keys = rows[fits], keys[fits]
+        return rows, keys
+
+    def _counts_of_keys(self, keys):
+        """numpy int64: ``piece`` of the string each ``_packed_keys`` key stands for, one look-up per distinct key.
+
+        The keys share the short-piece cache with the strings (an ``int`` key never
+        equals a ``str`` one), so it stays bounded by the same rule.
+        """
+        import numpy as np
+
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        cache = self.cache
+        as_ints = distinct.tolist()
+        found = list(map(cache.get, as_ints))
+        for k, value in enumerate(found):
+            if value is None:
+                found[k] = self.piece(_unpack_key(distinct[k]))
+                if len(cache) >= _SMALL_PIECE_CACHE_SIZE:
+                    cache.clear()
+                cache[as_ints[k]] = found[k]
+        return np.array(found, dtype=np.int64)[inverse.reshape(-1)]
 
     def piece(self, text: str) -> int:
         """``count(text)``; short pieces (mostly a word or its punctuation: "The", ". ") are cached."""
@@ -454,11 +532,23 @@ class _TiktokenSpanCounter:
         return n
 
 
+def _unpack_key(key) -> str:
+    """The string a ``_TiktokenSpanCounter._packed_keys`` key stands for (slot k: character k + 1)."""
+    key = int(key)
+    chars = []
+    while key:
+        chars.append(chr((key & 0xFF) - 1))
+        key >>= 8
+    return "".join(chars)
+
+
 def _word_end_tokens(data: bytes, token_ends):
     """Indexes of the tokens that end at a word end of ``data`` (UTF-8), ascending: numpy int64.
 
     A word end is where a character that :func:`_word_end_tables` calls a letter
-    is followed by one it calls a non-letter, or by the end of the text. Those
+    is followed by one it calls a non-letter, or by the end of the text; a line start
+    (a newline, then a printable ASCII character other than the space) counts as one
+    too (see :class:`_TiktokenSpanCounter`). Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
     Where both bytes are ASCII one table look-up of the pair decides; only token
@@ -498,9 +588,13 @@ def _word_end_tokens(data: bytes, token_ends):
 
 @functools.cache
 def _ascii_pair_word_end_table():
-    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter."""
+    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter,
+    or a newline then a printable ASCII character other than the space (a line start:
+    see :class:`_TiktokenSpanCounter`)."""
     byte_letter, byte_non_letter = _byte_word_end_tables()
-    return (byte_letter[:, None] & byte_non_letter[None, :]).reshape(-1)
+    table = byte_letter[:, None] & byte_non_letter[None, :]
+    table[0x0A, 0x21:0x7F] = True
+    return table.reshape(-1)
 
 
 def _three_byte_code_points(raw, leads):

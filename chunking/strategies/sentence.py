@@ -97,7 +97,9 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import (
     CJK_SENTENCE_ENDINGS,
     SENTENCE_ENDINGS,
+    VECTOR_SCAN_CHARS,
     WORD_BREAKS,
+    code_points,
     ends_with_sentence_ending,
     sentence_bounds,
     sentence_bounds_from,
@@ -297,7 +299,24 @@ def chunk_sentence(
     drafts = [d for d in drafts if splitter.assemble(d)]
     if not config.reference_mode:
         splitter.add_semantic_overlap(drafts)
-    return attach_provenance(doc, splitter.to_chunks(doc, drafts))
+    return provenance_attached(doc, splitter.to_chunks(doc, drafts))
+
+
+def provenance_attached(doc: ParsedDocument, chunks: list[Chunk]) -> list[Chunk]:
+    """``attach_provenance(doc, chunks)``, skipped where it provably changes nothing.
+
+    Without a located block and with every page numbered 0 (plain text: one page 0),
+    ``page_at`` is 0 everywhere, so it would fill no page span (it fills only a
+    non-zero one) and has no heading or block to attach: the chunks are returned as
+    they are, without its two look-ups per chunk. ``sentence`` and ``sentence_window``
+    call this (``tests/chunking/test_sentence_properties.py`` compares with
+    ``attach_provenance`` on such documents and on others).
+    """
+    if all(page.page_num == 0 for page in doc.pages) and not any(
+        block.char_start is not None and block.char_end is not None for block in doc.blocks
+    ):
+        return chunks
+    return attach_provenance(doc, chunks)
 
 
 def split_oversized(
@@ -405,7 +424,10 @@ class _Splitter:
             return [spans[0][0], *(e for _, e in spans)] if spans else []
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
             return sentence_bounds(self.text)
-        return sentence_bounds(self.text[start:end], start)
+        # A long slice (a page, text between figures) is segmented from a view of the
+        # document's code points, which the span counter reads too: one UTF-32 copy.
+        codes = code_points(self.text)[start:end] if end - start >= VECTOR_SCAN_CHARS else None
+        return sentence_bounds(self.text[start:end], start, codes=codes)
 
     def reference_sentences(self, start: int, end: int) -> list[tuple[int, int]]:
         """The reference's spans: cut just after every sentence-ending character
@@ -425,7 +447,7 @@ class _Splitter:
         start: int,
         end: int,
         duplicated: bool = False,
-        boundaries: tuple[list[int], list[int]] | None = None,
+        boundaries: _SpanBoundaries | None = None,
         density: float = 0.0,
     ) -> list[tuple[int, int, int]]:
         """Recursive split: sentence end near the midpoint, else word break, else midpoint overlap.
@@ -443,11 +465,10 @@ class _Splitter:
         if self.config.reference_mode:
             # The reference scans outward from the midpoint while ``mid - pos > length // 3``.
             lo, hi = start + length // 3 + 1, start + 2 * (length // 2) - length // 3
-        boundaries = boundaries or self.boundary_positions(start, end)
-        sentence_ends, word_breaks = boundaries
-        cut = _nearest(sentence_ends, middle, lo, hi)
+        boundaries = boundaries or _SpanBoundaries(self.text, end)
+        cut = boundaries.nearest(self.sentence_end_pattern, middle, lo, hi)
         if cut is None:
-            cut = _nearest(word_breaks, middle, lo, hi)
+            cut = boundaries.nearest(self.word_break_pattern, middle, lo, hi)
         if cut is not None:
             # Split just after the boundary character: it stays in the first half.
             return self.split_oversized(start, cut + 1, duplicated, boundaries, density) + self.split_oversized(
@@ -456,13 +477,6 @@ class _Splitter:
         overlap = 0 if duplicated else length * self.config.split_overlap_percent // 100
         return self.split_oversized(start, middle + overlap, True, boundaries, density) + self.split_oversized(
             middle - overlap, end, True, boundaries, density
-        )
-
-    def boundary_positions(self, start: int, end: int) -> tuple[list[int], list[int]]:
-        """Sentence-ending and word-break indices in [start, end), for one oversized span."""
-        return (
-            [m.start() for m in self.sentence_end_pattern.finditer(self.text, start, end)],
-            [m.start() for m in self.word_break_pattern.finditer(self.text, start, end)],
         )
 
     @cached_property
@@ -655,36 +669,39 @@ class _Splitter:
         target = self.config.section_overlap
         if target <= 0:
             return
-        candidates: list[tuple[_Draft, _Draft, str]] = []
-        figures = [self.is_figure(draft) for draft in drafts] if not self.config.reference_mode else []
-        for i, (current, following) in enumerate(zip(drafts, drafts[1:])):
-            if self.config.reference_mode:
-                if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
-                    continue
-                if current.home == following.home and "<figure" in following.text.lower():
-                    continue
-                if current.home != following.home and not self.reference_continues(current.text, following.text):
-                    continue
-            else:
-                if figures[i] or figures[i + 1]:
-                    continue
-                if current.home != following.home and not self.continues_across_pages(current.text, following.text):
-                    continue
-            prefix = self.overlap_prefix(following.text, target)
+        if self.config.reference_mode:
+            self.add_reference_overlap(drafts, target)
+            return
+        # Each pair's overlap depends on that pair alone. Per pair only what decides it is
+        # computed in Python (the prefix, its room); the prefixes are counted in one batch.
+        currents: list[_Draft] = []
+        followings: list[_Draft] = []
+        prefixes: list[str] = []
+        figures = [self.is_figure(draft) for draft in drafts] if self.any_figure else None
+        prefix_of = self.native_overlap_prefix
+        for i in range(len(drafts) - 1):
+            following = drafts[i + 1]
+            following_text = following.text
+            if len(following_text) <= target:
+                continue  # native_overlap_prefix gives "": a chunk no longer than the target is never copied
+            if figures is not None and (figures[i] or figures[i + 1]):
+                continue
+            current = drafts[i]
+            if current.home != following.home and not self.continues_across_pages(current.text, following_text):
+                continue
+            prefix = prefix_of(following_text, target)
             if not prefix or current.text.endswith(prefix):
                 continue
-            candidates.append((current, following, prefix))
-        # Each pair's overlap depends on that pair alone: the prefixes are counted in one batch.
-        if self.config.reference_mode:
-            for current, following, prefix in candidates:
-                self.append_reference_overlap(current, following, prefix)
-            return
-        prefix_counts = self.count_many_at([p for _, _, p in candidates], [f.start for _, f, _ in candidates])
+            currents.append(current)
+            followings.append(following)
+            prefixes.append(prefix)
+        prefix_counts = self.count_many_at(prefixes, [following.start for following in followings])
+        soft_limit, cap = self.config.soft_limit, self.cap
         shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
-        for (current, following, prefix), prefix_tokens in zip(candidates, prefix_counts):
+        for current, following, prefix, prefix_tokens in zip(currents, followings, prefixes, prefix_counts):
             joiner = self.overlap_joiner(current, following, prefix)
-            room_chars = self.config.soft_limit - len(current.text) - len(joiner)
-            room_tokens = self.cap - current.tokens - (1 if joiner else 0)
+            room_chars = soft_limit - len(current.text) - len(joiner)
+            room_tokens = cap - current.tokens - (1 if joiner else 0)
             if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
                 self.set_overlap(current, following, joiner, prefix)
                 continue
@@ -705,6 +722,20 @@ class _Splitter:
             fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
             if fitting:
                 self.set_overlap(current, following, joiner, fitting[0])
+
+    def add_reference_overlap(self, drafts: list[_Draft], target: int) -> None:
+        """The reference's look-ahead overlap of each pair of ``drafts`` (reference mode)."""
+        for current, following in zip(drafts, drafts[1:]):
+            if "<figure" in current.text.lower() or "<figure" in following.text[:60].lower():
+                continue
+            if current.home == following.home and "<figure" in following.text.lower():
+                continue
+            if current.home != following.home and not self.reference_continues(current.text, following.text):
+                continue
+            prefix = self.overlap_prefix(following.text, target)
+            if not prefix or current.text.endswith(prefix):
+                continue
+            self.append_reference_overlap(current, following, prefix)
 
     def reference_continues(self, text: str, next_text: str) -> bool:
         """The reference's test for a look-ahead overlap across a page break: the chunk does
@@ -919,17 +950,19 @@ class _Splitter:
             metadata["cap_exempt"] = "figure"
         if draft.overlap:
             metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
-        return Chunk(
-            text=text,
-            char_start=start,
-            char_end=end,
-            token_count=tokens,
-            page_start=page_start,
-            page_end=page_end,
-            # text == doc.text[start:end], compared in place rather than on a copy of the slice
-            verbatim=len(text) == end - start
-            and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
-            metadata=metadata,
+        return Chunk.of(
+            {
+                "text": text,
+                "char_start": start,
+                "char_end": end,
+                "token_count": tokens,
+                "page_start": page_start,
+                "page_end": page_end,
+                # text == doc.text[start:end], compared in place rather than on a copy of the slice
+                "verbatim": len(text) == end - start
+                and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
+                "metadata": metadata,
+            }
         )
 
 
@@ -942,14 +975,48 @@ def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:
     return bounds + more[1:]
 
 
-def _nearest(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
-    """The position in [lo, hi) nearest ``middle``, the earlier one on a tie."""
-    i = bisect.bisect_right(positions, middle)
-    before = positions[i - 1] if i > 0 and positions[i - 1] >= lo else None
-    after = positions[i] if i < len(positions) and positions[i] < hi else None
-    if before is None or (after is not None and after - middle < middle - before):
-        return after
-    return before
+class _SpanBoundaries:
+    """Where a pattern matches near a midpoint of one oversized span ``[.., end)`` of ``text``.
+
+    ``nearest(pattern, middle, lo, hi)`` is the match start in ``[lo, hi)`` nearest
+    ``middle``, the earlier one on a tie, among the matches of
+    ``pattern.finditer(text, span_start, end)`` -- for the sentence-end and word-break
+    patterns, which match one character, with at most a one-character look-ahead
+    (``(?=\\s|$)``) and no look-behind. Found by searching next to the midpoint
+    rather than listing every match of the span (a 2,000-character code block has
+    hundreds of word breaks; the recursion asks about a few of them).
+
+    Why it is the same answer: each match is one character, so a search from any
+    position finds every match start from there on. A match at ``p`` is decided by
+    ``text[p]`` and ``text[p + 1]`` (or the end): with ``endpos`` past ``p + 1``,
+    or equal to ``end``, the decision is the one the whole span's scan takes (``$``
+    then matches only at ``end``, or before a final newline, which is whitespace
+    anyway). Matches before the midpoint matter only within the distance of the
+    first one after it.
+    """
+
+    __slots__ = ("text", "end")
+
+    def __init__(self, text: str, end: int) -> None:
+        self.text, self.end = text, end
+
+    def nearest(self, pattern: re.Pattern[str], middle: int, lo: int, hi: int) -> int | None:
+        text, end = self.text, self.end
+        after = None
+        if middle + 1 < hi:
+            found = pattern.search(text, middle + 1, min(hi + 1, end))
+            if found is not None and found.start() < hi:
+                after = found.start()
+        before = None
+        scan_from = lo if after is None else max(lo, middle - (after - middle))
+        if scan_from <= middle:
+            for found in pattern.finditer(text, scan_from, min(middle + 2, end)):
+                if found.start() > middle:
+                    break
+                before = found.start()
+        if before is None or (after is not None and after - middle < middle - before):
+            return after
+        return before
 
 
 def _join_gap(left: str, right: str) -> str:

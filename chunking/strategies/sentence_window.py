@@ -48,10 +48,11 @@ from typing import Any, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chunking.model import Chunk, ParsedDocument, attach_provenance
+from chunking.model import Chunk, ParsedDocument
 from chunking.segmenter import sentence_bounds
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
+from chunking.strategies.sentence import provenance_attached
 from chunking.tokenizers import (
     CharTokenizer,
     EstimateTokenizer,
@@ -149,10 +150,11 @@ def chunk_sentence_window(
             # Sentence sizes summed within the cap but BPE counts the joined text
             # higher (rare): re-split that window so the cap stays a guarantee.
             for piece in split_recursive(doc.text[start:end], tokenizer, cap, 0, CJK_SEPARATORS):
-                chunks.append(Chunk(text=piece.text, char_start=start + piece.start, char_end=start + piece.end, token_count=piece.tokens))
+                chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,
+                                        "token_count": piece.tokens}))
             continue
-        chunks.append(Chunk(text=doc.text[start:end], char_start=start, char_end=end, token_count=n))
-    return attach_provenance(doc, chunks)
+        chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n}))
+    return provenance_attached(doc, chunks)
 
 
 def window_spans(

@@ -187,3 +187,28 @@ def test_sentence_bounds_from_gives_the_cuts_after_its_start_and_no_other():
             assert bounds[1:-1] == [b for b in whole[1:-1] if b > lo]
             checked += lo > 0
     assert checked > 1000  # most starts are not moved back to 0
+
+
+def test_code_points_are_kept_for_the_last_text_only():
+    from chunking.segmenter import code_points
+
+    text = "naïve 😀 中文 \ud800 x" * 300  # a lone surrogate too
+    codes = code_points(text)
+    assert codes.tolist() == [ord(c) for c in text]
+    assert code_points(text) is codes, "the segmenter and the span counter share one array per document"
+    other = (text + " ")[:-1]
+    assert code_points(other) is not codes and code_points(other).tolist() == codes.tolist()
+
+
+def test_sentence_bounds_of_a_slice_from_a_view_of_the_documents_code_points():
+    import numpy as np
+
+    from chunking.segmenter import code_points
+
+    document = ("Dr. Smith arrived. He said: „Hallo!“ 中文。Then... nothing.\n\n" * 200) + "tail"
+    codes = code_points(document)
+    for start, end in ((0, len(document)), (7, 9000), (4100, len(document) - 3)):
+        part = document[start:end]
+        assert sentence_bounds(part, start, codes=codes[start:end]) == sentence_bounds(part, start)
+    with pytest.raises(ValueError):
+        sentence_bounds(document[:5000], codes=np.zeros(10, dtype=np.uint32))

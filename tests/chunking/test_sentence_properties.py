@@ -299,3 +299,68 @@ def test_sentence_packing_over_unit_lists_matches_packing_unit_tuples(texts, cap
 def test_sentence_packing_over_unit_lists_matches_on_long_pages(texts, cap, reference):
     config = SentenceConfig(max_tokens_per_section=cap, max_section_length=4 * cap, reference_mode=reference)
     _check_packing_against_reference(long_document(texts), config)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pages_strategy, st.sampled_from(["numbered", "all page 0", "one page", "blocks"]), st.sampled_from([24, 500]))
+def test_provenance_shortcut_gives_what_attach_provenance_gives(monkeypatch, texts, shape, cap):
+    # provenance_attached skips attach_provenance where it changes nothing (every page
+    # numbered 0, no located block); here it is compared with attach_provenance itself,
+    # on the chunks both strategies make before provenance, for documents of every shape.
+    from chunking.model import Block, attach_provenance
+    from chunking.strategies import sentence, sentence_window
+
+    doc = document(texts)
+    if shape == "all page 0":
+        doc = doc.model_copy(update={"pages": [p.model_copy(update={"page_num": 0}) for p in doc.pages]})
+    elif shape == "one page":
+        doc = ParsedDocument.from_text(doc.text)
+    elif shape == "blocks" and doc.text:
+        doc = doc.model_copy(update={"pages": [p.model_copy(update={"page_num": 0}) for p in doc.pages],
+                                     "blocks": [Block(block_id="b0", index=0, heading="H", content=doc.text, char_start=0,
+                                                      char_end=len(doc.text))]})
+    raw: list = []
+    monkeypatch.setattr(sentence, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
+    monkeypatch.setattr(sentence_window, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
+    chunk_sentence(doc, SentenceConfig(max_tokens_per_section=cap), TOKENIZER)
+    chunk_sentence_window(doc, SentenceWindowConfig(chunk_size=cap, overlap=0), TOKENIZER)
+    monkeypatch.undo()
+    for chunks in raw:
+        assert sentence.provenance_attached(doc, chunks) == attach_provenance(doc, chunks)
+
+
+def _nearest_listed(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
+    """The straightforward answer: every match listed, the one in [lo, hi) nearest middle (earlier on a tie)."""
+    import bisect
+
+    i = bisect.bisect_right(positions, middle)
+    before = positions[i - 1] if i > 0 and positions[i - 1] >= lo else None
+    after = positions[i] if i < len(positions) and positions[i] < hi else None
+    if before is None or (after is not None and after - middle < middle - before):
+        return after
+    return before
+
+
+boundary_text = st.lists(st.sampled_from(["a", "bc", ".", "!", "?", "。", "，", " ", "\n", "\t", ",", "0.9", "x.y", "、", "\u3000",
+                                          "é", "😀", "...", ".\n", "(", ")"]), max_size=120).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(boundary_text, st.data(), st.booleans())
+def test_span_boundaries_near_a_midpoint_match_the_listed_matches(text, data, reference):
+    # split_oversized asks _SpanBoundaries for the sentence end (else word break) nearest
+    # each midpoint, searched next to it; the list of every match of the span must agree.
+    from chunking.strategies.sentence import _Splitter, _SpanBoundaries
+
+    splitter = _Splitter(text, SentenceConfig(reference_mode=reference), TOKENIZER)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    boundaries = _SpanBoundaries(text, end)
+    for pattern in (splitter.sentence_end_pattern, splitter.word_break_pattern):
+        positions = [m.start() for m in pattern.finditer(text, start, end)]
+        for _ in range(5):
+            middle = data.draw(st.integers(start, end))
+            lo = data.draw(st.integers(start, middle + 1))
+            hi = data.draw(st.integers(middle, end))
+            assert boundaries.nearest(pattern, middle, lo, hi) == _nearest_listed(positions, middle, lo, hi), (
+                pattern.pattern, start, end, middle, lo, hi)

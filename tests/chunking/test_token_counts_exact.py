@@ -10,6 +10,7 @@ is used), mixed scripts, token caps small enough that cuts fall everywhere.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -87,6 +88,50 @@ def test_many_spans_at_once_equal_one_by_one(cl100k):
     assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pieces=st.lists(st.sampled_from(["The", " a", ". ", ".\n\n", "\x00", "\xfe", "\xff", "ÿx", "é ", "naïve", "Ωx", "中。",
+                                     "😀", "12", " ", "\n", "word", "~", "(", "xy" * 5]), min_size=100, max_size=600),
+    seed=st.integers(0, 10**6),
+)
+def test_many_counts_short_latin1_heads_and_tails_by_packed_keys_exactly(cl100k, pieces, seed):
+    # Heads and tails of up to 8 characters below U+00FF are counted through an integer
+    # packing their characters (one look-up per distinct piece): every length 1-8, the
+    # characters next to that limit (\xfe counted that way, \xff and wider not), NUL,
+    # and a cache shared with the strings and with other texts.
+    rng = random.Random(seed)
+    text = "".join(pieces) + "".join(rng.choice([" Filler words.", "\nÿé\xfe. ", " a", "xyz "]) for _ in range(900))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many"), "long enough, with enough word ends, for the one-encoding index"
+    starts = sorted(rng.randrange(len(text)) for _ in range(300))
+    ends = [min(len(text), s + rng.choice([1, 2, 3, 8, 9, 12, 17, 25, 40, 90])) for s in starts]
+    expected = [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+    assert count.many(starts, ends) == expected
+    assert count.many(starts, ends) == expected, "again, from the keys cached by the first call"
+    other = span_counter(cl100k, (text + " ")[:-1])
+    assert other.many(starts, ends) == expected
+
+
+def test_packed_keys_stand_for_one_piece_each(cl100k):
+    import numpy as np
+
+    from chunking.tokenizers import _unpack_key
+
+    text = "ab\x00\xfe\xff." * 800 + "Ω中 " * 400
+    count = span_counter(cl100k, text)
+    starts = np.arange(0, len(text) - 10, 7, dtype=np.int64)  # pieces inside the text, as the counter asks
+    lengths = (starts % 11).astype(np.int64)
+    rows, keys = count._packed_keys(starts, lengths)
+    for row, key in zip(rows.tolist(), keys.tolist()):
+        piece = text[starts[row] : starts[row] + lengths[row]]
+        assert 1 <= len(piece) <= 8 and max(map(ord, piece)) < 0xFF and _unpack_key(key) == piece
+    left_out = set(range(len(starts))) - set(rows.tolist())
+    for row in left_out:
+        piece = text[starts[row] : starts[row] + lengths[row]]
+        assert not piece or len(piece) > 8 or max(map(ord, piece)) >= 0xFF
+    assert len(set(keys.tolist())) == len({text[starts[r] : starts[r] + lengths[r]] for r in rows.tolist()})
+
+
 def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
     text = "naïve café 😀 日本語 x\u0301 " * 40
     encoded = cl100k.encode_text(text)
@@ -126,7 +171,7 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
     letter, non_letter = _word_end_tables()
     rng = random.Random(11)
     parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文", "，", "「引用」", "\n", "！", "x", "1", " word", "é", "😀",
-             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~"]
+             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~", "\n#", "\n 1", "\r\n", "\n\x7f", "\n\x1f"]
     text = "".join(rng.choice(parts) for _ in range(4000))
     data = text.encode()
     encoded = cl100k.encode_text(text)
@@ -141,4 +186,31 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
         index = char_at.get(end)  # a token end inside a character is no word end
         if index and letter[ord(text[index - 1])] and (index == len(text) or non_letter[ord(text[index])]):
             expected.append(k)
+        elif index and index < len(text) and text[index - 1] == "\n" and "!" <= text[index] <= "~":
+            expected.append(k)  # a line start
     assert _word_end_tokens(data, encoded.token_ends).tolist() == expected
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.sampled_from(["12345", "(1, 2)", "***", "-----", "  \t", "", "x = [1]", ">>> 0.5", "'a'", "\\[1\\]",
+                                    "  # c", "...", "é1", "中。", " ", "\r", "!?", "{}", "foo"]), min_size=300, max_size=900),
+    seed=st.integers(0, 10**6),
+)
+def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
+    # Lines of digits, rules and brackets have no word end: their spans are cut at line
+    # starts (a newline, then printable ASCII other than the space) -- after whitespace
+    # runs, punctuation, CRs, and before digits, quotes and brackets.
+    rng = random.Random(seed)
+    text = "\n".join(lines) + "\n" + "".join(rng.choice(["1, 2, 3\n", "(a)\n", "\n\n---\n", " x\n"]) for _ in range(900))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many"), "enough word ends and line starts for the one-encoding index"
+    line_starts = [m.end() for m in re.finditer(r"\n(?=[!-~])", text)]
+    assert set(line_starts) <= set(count.word_ends.tolist()), "every line start is in the index"
+    bounds = sorted(rng.choice(line_starts) + rng.choice([-2, -1, 0, 0, 1, 3]) for _ in range(300))
+    starts, ends = bounds[:-1], bounds[1:]
+    expected = [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+    assert count.many(starts, ends) == expected
+    assert [count(s, e) for s, e in zip(starts, ends)] == expected
+    far = [(s, min(len(text), s + rng.randrange(17, 400))) for s in starts]
+    assert count.many([s for s, _ in far], [e for _, e in far]) == [len(cl100k.encode(text[s:e])) for s, e in far]
