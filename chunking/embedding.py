@@ -256,20 +256,29 @@ class SentenceTransformerEmbedder:
                 self._transformers["int8"] = _int8_linears(self._mean_pooled)
         return self._transformers[self.precision]
 
-    def _sorted_batches(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray, list[np.ndarray]]:
-        """Word-piece ids of each text (truncated as the model truncates), their
-        lengths, and the batches of the sorted path: runs of text indices sorted by
-        length, each within ``batch_size`` texts and ``batch_tokens`` padded tokens."""
-        ids = self._model.tokenizer(
+    def _tokenize(self, texts: list[str], **options: bool):
+        """The tokenizer's output for ``texts``: word-piece ids truncated as the model
+        truncates, plus whatever ``options`` ask for (offsets, special-token masks)."""
+        return self._model.tokenizer(
             texts,
             truncation=True,
             max_length=self.max_seq_length,
             return_attention_mask=False,
             return_token_type_ids=False,
-        )["input_ids"]
+            **options,
+        )
+
+    def _length_batches(self, ids: list[list[int]]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Lengths of ``ids`` and the batches of the sorted path: runs of text indices sorted
+        by length, each within ``batch_size`` texts and ``batch_tokens`` padded tokens."""
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")
-        return ids, lengths, list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+        return lengths, list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+
+    def _sorted_batches(self, texts: list[str]) -> tuple[list[list[int]], np.ndarray, list[np.ndarray]]:
+        """Word-piece ids of each text, their lengths, and the sorted path's batches."""
+        ids = self._tokenize(texts)["input_ids"]
+        return (ids, *self._length_batches(ids))
 
     def batch_shapes(self, texts: Sequence[str]) -> list[tuple[int, int, int]]:
         """``(texts, padded width, word pieces)`` of each batch the sorted path runs for
@@ -304,15 +313,7 @@ class SentenceTransformerEmbedder:
         texts, rows = _distinct([w for w, _, _ in windows])
         with _COUNTING:
             self.texts_embedded += len(texts)
-        encoded = self._model.tokenizer(
-            texts,
-            truncation=True,
-            max_length=self.max_seq_length,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
+        encoded = self._tokenize(texts, return_offsets_mapping=True, return_special_tokens_mask=True)
         ids = encoded["input_ids"]
         # Per distinct window: the output rows pooled from it and their weights (one row each).
         targets: list[list[int]] = [[] for _ in texts]
@@ -323,9 +324,7 @@ class SentenceTransformerEmbedder:
                       for o in targets[w]])
             for w in range(len(texts))
         ]
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        order = np.argsort(lengths, kind="stable")
-        batches = list(_token_budget_batches(order, lengths, self.batch_size, self.batch_tokens))
+        lengths, batches = self._length_batches(ids)
         return self._pool_sorted(ids, lengths, batches, (weights, targets, len(windows)))
 
     def _embed_sorted(self, texts: list[str]) -> np.ndarray:

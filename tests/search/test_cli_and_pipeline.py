@@ -97,21 +97,30 @@ def test_context_embedding_changes_only_what_is_embedded(ingested):
     assert not any(by_strategy["rec_small"])  # the variant's own embed_with_context
 
 
-def test_neighbour_context_embeds_the_text_around_each_chunk(ingested):
-    _, settings = ingested
+def _guide_with_context(settings, strategy: str, *contexts):
+    """guide.md's stored chunks of ``strategy``, the embedder, the rows ``with_context`` makes
+    for each of ``contexts``, and the text keys the embeddings asset stored per chunk index."""
     from resources.embedding import EmbeddingModelResource
     from resources.store import ChunkStore
-    from search.context import EmbedContext, with_context
+    from search.context import with_context
 
     store = ChunkStore(settings.db_path)
-    chunks = store.load_chunks("guide.md", "paragraph")
-    assert len(chunks) > 1
+    chunks = store.load_chunks("guide.md", strategy)
     embedder = EmbeddingModelResource(model=settings.embedding_model).get_embedder()
-    embedded = with_context(store, "guide.md", "paragraph", chunks, EmbedContext(True, 24), embedder)
-    headings_only = with_context(store, "guide.md", "paragraph", chunks, EmbedContext(True, 0), embedder)
+    rows = [with_context(store, "guide.md", strategy, chunks, context, embedder) for context in contexts]
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        stored = dict(con.execute("SELECT chunk_index, text_sha256 FROM embeddings WHERE doc_id = 'guide.md' "
-                                  "AND strategy = 'paragraph'").fetchall())
+        keys = dict(con.execute("SELECT chunk_index, text_sha256 FROM embeddings WHERE doc_id = 'guide.md' "
+                                "AND strategy = ?", [strategy]).fetchall())
+    return store, chunks, embedder, rows, keys
+
+
+def test_neighbour_context_embeds_the_text_around_each_chunk(ingested):
+    _, settings = ingested
+    from search.context import EmbedContext
+
+    _, chunks, embedder, (embedded, headings_only), stored = _guide_with_context(
+        settings, "paragraph", EmbedContext(True, 24), EmbedContext(True, 0))
+    assert len(chunks) > 1
     assert stored == {row.chunk_index: row.text_sha256 for row in embedded}  # the asset embedded these texts
     assert all(a.text_sha256 != b.text_sha256 for a, b in zip(embedded, headings_only))
     for chunk, row in zip(chunks, embedded):
@@ -123,21 +132,14 @@ def test_neighbour_context_embeds_the_text_around_each_chunk(ingested):
 def test_late_chunking_stores_each_chunks_pooled_vector_and_search_and_eval_use_it(ingested):
     _, settings = ingested
     from resources.embedding import EmbeddingModelResource
-    from resources.store import ChunkStore
-    from search.context import EmbedContext, with_context
+    from search.context import EmbedContext
     from search.engine import SearchIndex
     from search.evaluation import evaluate, load_eval_set
 
-    store = ChunkStore(settings.db_path)
-    chunks = store.load_chunks("guide.md", "rec_late")
+    store, chunks, embedder, (rows,), keys = _guide_with_context(settings, "rec_late", EmbedContext(True, late_tokens=40))
     assert len(chunks) > 2
-    embedder = EmbeddingModelResource(model=settings.embedding_model).get_embedder()
-    rows = with_context(store, "guide.md", "rec_late", chunks, EmbedContext(True, late_tokens=40), embedder)
     expected = embedder.embed_spans([(r.text, *r.pooled_span) for r in rows])
     stored = dict(store.load_embeddings_of(["guide.md"], "rec_late")["guide.md"])
-    with duckdb.connect(settings.db_path, read_only=True) as con:
-        keys = dict(con.execute("SELECT chunk_index, text_sha256 FROM embeddings WHERE doc_id = 'guide.md' "
-                                "AND strategy = 'rec_late'").fetchall())
     assert keys == {r.chunk_index: r.text_sha256 for r in rows}  # keyed by window and span
     for row, vector in zip(rows, expected):
         assert row.text[slice(*row.pooled_span)] == GUIDE[row.char_start:row.char_end]  # the chunk's own words

@@ -119,14 +119,17 @@ def test_with_neighbours_the_embedded_text_holds_the_neighbours_the_stored_chunk
         with_context(store, "boats.txt", "sent", [second], EmbedContext(neighbour_tokens=6))
 
 
-def test_a_changed_neighbour_changes_the_cache_key_an_unchanged_one_does_not(store):
+@pytest.mark.parametrize("context", [EmbedContext(neighbour_tokens=6), EmbedContext(late_tokens=15)],
+                         ids=["neighbours", "late"])
+def test_a_changed_neighbour_changes_the_cache_key_an_unchanged_one_does_not(store, context):
     def key(text: str) -> str:
         put_document(store, "boats.txt", text)
         chunk = next(c for c in store.load_chunks("boats.txt", "sent") if c.text == "Fishermen mend their nets on the quay.")
-        [row] = with_context(store, "boats.txt", "sent", [chunk], EmbedContext(neighbour_tokens=6), WordModel(256))
+        [row] = with_context(store, "boats.txt", "sent", [chunk], context, WordModel(256))
         return row.text_sha256
 
     original = key(DOCS["boats.txt"])
+    assert key(DOCS["boats.txt"]) == original  # an unchanged document: the same keys, all cache hits
     assert key(DOCS["boats.txt"].replace("before dark", "after dark")) != original  # the sentence before changed
     assert key(DOCS["boats.txt"].replace("The ferry leaves at noon.", "The ferry is late.")) == original  # far away
 
@@ -165,19 +168,6 @@ def test_with_late_chunking_rows_carry_the_window_its_span_and_a_key_of_both(sto
     [headed] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, late_tokens=16), WordModel(256))
     assert headed.text == "boats\n\n" + row.text and headed.text[slice(*headed.pooled_span)] == second.text
     assert late_key("a b", 0, 1) != late_key("a b", 2, 3)  # the same window, another span: another key
-
-
-def test_late_key_changes_when_a_neighbour_in_the_window_changes_and_not_otherwise(store):
-    def key(text: str) -> str:
-        put_document(store, "boats.txt", text)
-        chunk = next(c for c in store.load_chunks("boats.txt", "sent") if c.text == "Fishermen mend their nets on the quay.")
-        [row] = with_context(store, "boats.txt", "sent", [chunk], EmbedContext(late_tokens=15), WordModel(256))
-        return row.text_sha256
-
-    original = key(DOCS["boats.txt"])
-    assert key(DOCS["boats.txt"]) == original  # an unchanged document: the same keys, all cache hits
-    assert key(DOCS["boats.txt"].replace("before dark", "after dark")) != original  # inside the window
-    assert key(DOCS["boats.txt"].replace("The ferry leaves at noon.", "The ferry is late.")) == original  # outside
 
 
 def test_embed_rows_pools_late_rows_and_embeds_the_others_whole():
