@@ -310,7 +310,7 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
     the segmenter is also timed alone, and its time is taken out of the step that
     segments (``page_units``, ``_units``), so no row counts it twice.
     """
-    from chunking.model import Chunk
+    from chunking.model import Chunk, attach_provenance
     from chunking.segmenter import sentence_spans
     from chunking.strategies import sentence, sentence_window
     from chunking.tokenizers import count_spans, span_counter
@@ -360,7 +360,7 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
         seconds.append(_cpu(splitter.add_semantic_overlap, drafts)[0])
         elapsed, chunks = _cpu(splitter.to_chunks, doc, drafts)
         seconds.append(elapsed)
-        seconds.append(_cpu(sentence.provenance_attached, doc, chunks)[0])
+        seconds.append(_cpu(attach_provenance, doc, chunks)[0])
         if round_:
             for k, value in enumerate(seconds):
                 ratios["sentence"][k].append(value / reference)
@@ -390,7 +390,7 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
             counts = count_spans(count, [s for s, _ in spans], [e for _, e in spans])
             made = [Chunk.of({"text": copy[s:e], "char_start": s, "char_end": e, "token_count": n})
                     for (s, e), n in zip(spans, counts)]
-            return sentence.provenance_attached(doc, made)
+            return attach_provenance(doc, made)
 
         seconds.append(_cpu(window_chunks)[0])
         if round_:

@@ -126,7 +126,21 @@ def attach_provenance(doc: ParsedDocument, chunks: list[Chunk]) -> list[Chunk]:
     Strategies that know better (P, which works on blocks directly) set these
     themselves; this fills only what is still empty, so it is safe to call always.
     """
-    located = [b for b in doc.blocks if b.char_start is not None and b.char_end is not None]
+    located = _located_blocks(doc)
+    if not located and all(page.page_num == 0 for page in doc.pages):
+        # page_at is 0 everywhere (plain text: one page 0), so no page span is filled (only
+        # a non-zero one is), and there is no heading or block to attach: every chunk would
+        # come back as it is. Skipped: two look-ups per chunk for nothing.
+        return list(chunks)
+    return _provenance_of_each(doc, chunks, located)
+
+
+def _located_blocks(doc: ParsedDocument) -> list[Block]:
+    return [b for b in doc.blocks if b.char_start is not None and b.char_end is not None]
+
+
+def _provenance_of_each(doc: ParsedDocument, chunks: list[Chunk], located: list[Block]) -> list[Chunk]:
+    """``attach_provenance`` without its shortcut: each chunk looked up (``located``: ``_located_blocks(doc)``)."""
     starts = [b.char_start for b in located]
     page_offsets = [p.char_offset for p in doc.pages]
     out: list[Chunk] = []

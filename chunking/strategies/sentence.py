@@ -299,24 +299,7 @@ def chunk_sentence(
     drafts = [d for d in drafts if splitter.assemble(d)]
     if not config.reference_mode:
         splitter.add_semantic_overlap(drafts)
-    return provenance_attached(doc, splitter.to_chunks(doc, drafts))
-
-
-def provenance_attached(doc: ParsedDocument, chunks: list[Chunk]) -> list[Chunk]:
-    """``attach_provenance(doc, chunks)``, skipped where it provably changes nothing.
-
-    Without a located block and with every page numbered 0 (plain text: one page 0),
-    ``page_at`` is 0 everywhere, so it would fill no page span (it fills only a
-    non-zero one) and has no heading or block to attach: the chunks are returned as
-    they are, without its two look-ups per chunk. ``sentence`` and ``sentence_window``
-    call this (``tests/chunking/test_sentence_properties.py`` compares with
-    ``attach_provenance`` on such documents and on others).
-    """
-    if all(page.page_num == 0 for page in doc.pages) and not any(
-        block.char_start is not None and block.char_end is not None for block in doc.blocks
-    ):
-        return chunks
-    return attach_provenance(doc, chunks)
+    return attach_provenance(doc, splitter.to_chunks(doc, drafts))
 
 
 def split_oversized(

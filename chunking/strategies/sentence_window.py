@@ -48,11 +48,10 @@ from typing import Any, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chunking.model import Chunk, ParsedDocument
+from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_bounds
 from chunking.strategies import StrategySpec
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
-from chunking.strategies.sentence import provenance_attached
 from chunking.tokenizers import (
     CharTokenizer,
     EstimateTokenizer,
@@ -154,7 +153,7 @@ def chunk_sentence_window(
                                         "token_count": piece.tokens}))
             continue
         chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n}))
-    return provenance_attached(doc, chunks)
+    return attach_provenance(doc, chunks)
 
 
 def window_spans(

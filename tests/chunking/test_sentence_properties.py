@@ -304,9 +304,10 @@ def test_sentence_packing_over_unit_lists_matches_on_long_pages(texts, cap, refe
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(pages_strategy, st.sampled_from(["numbered", "all page 0", "one page", "blocks"]), st.sampled_from([24, 500]))
 def test_provenance_shortcut_gives_what_attach_provenance_gives(monkeypatch, texts, shape, cap):
-    # provenance_attached skips attach_provenance where it changes nothing (every page
-    # numbered 0, no located block); here it is compared with attach_provenance itself,
+    # attach_provenance skips its per-chunk look-ups where they change nothing (every page
+    # numbered 0, no located block); here it is compared with those look-ups themselves,
     # on the chunks both strategies make before provenance, for documents of every shape.
+    from chunking import model
     from chunking.model import Block, attach_provenance
     from chunking.strategies import sentence, sentence_window
 
@@ -320,13 +321,14 @@ def test_provenance_shortcut_gives_what_attach_provenance_gives(monkeypatch, tex
                                      "blocks": [Block(block_id="b0", index=0, heading="H", content=doc.text, char_start=0,
                                                       char_end=len(doc.text))]})
     raw: list = []
-    monkeypatch.setattr(sentence, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
-    monkeypatch.setattr(sentence_window, "provenance_attached", lambda d, chunks: raw.append(chunks) or chunks)
+    monkeypatch.setattr(sentence, "attach_provenance", lambda d, chunks: raw.append(chunks) or chunks)
+    monkeypatch.setattr(sentence_window, "attach_provenance", lambda d, chunks: raw.append(chunks) or chunks)
     chunk_sentence(doc, SentenceConfig(max_tokens_per_section=cap), TOKENIZER)
     chunk_sentence_window(doc, SentenceWindowConfig(chunk_size=cap, overlap=0), TOKENIZER)
     monkeypatch.undo()
+    assert len(raw) == 2
     for chunks in raw:
-        assert sentence.provenance_attached(doc, chunks) == attach_provenance(doc, chunks)
+        assert attach_provenance(doc, chunks) == model._provenance_of_each(doc, chunks, model._located_blocks(doc))
 
 
 def _nearest_listed(positions: list[int], middle: int, lo: int, hi: int) -> int | None:
