@@ -266,6 +266,13 @@ class ContextRow(StoredChunk):
     pooled_span: tuple[int, int] | None = None
 
 
+def _late_row(row: StoredChunk, window: str, start: int, end: int) -> ContextRow:
+    """``row`` as late chunking embeds it: the model reads ``window``, pools ``window[start:end]``."""
+    stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
+    stored.update(text=window, text_sha256=late_key(window, start, end))
+    return ContextRow(**stored, pooled_span=(start, end))
+
+
 def embed_rows(embedder, rows: Sequence[StoredChunk]) -> np.ndarray:
     """One vector per row, in order: ``embedder.embed`` for whole texts, ``embedder.embed_spans``
     for late-chunked rows (a ``ContextRow`` with a ``pooled_span``)."""
@@ -324,16 +331,12 @@ def with_context(
     max_tokens = embedder.max_seq_length if embedder is not None else None
     if late:
         max_tokens = min(late, max_tokens)
-    out = []
     if context.late_tiled:
         tiles = late_tiles([(r.text, r.char_start, r.char_end) for r in rows], doc_text,
                            count_tokens=embedder.count_model_tokens, max_tokens=max_tokens, title=title,
                            heading_paths=[paths.get(r.chunk_index) or () for r in rows])
-        for row, (window, start, end) in zip(rows, tiles):
-            stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
-            stored.update(text=window, text_sha256=late_key(window, start, end))
-            out.append(ContextRow(**stored, pooled_span=(start, end)))
-        return out
+        return [_late_row(row, *tile) for row, tile in zip(rows, tiles)]
+    out = []
     for row in rows:
         window, start, end = context_window(
             row.text, title=title, heading_path=paths.get(row.chunk_index) or (), doc_text=doc_text,
@@ -341,9 +344,7 @@ def with_context(
             count_tokens=embedder.count_model_tokens if embedder is not None else None, max_tokens=max_tokens,
         )
         if late:
-            stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
-            stored.update(text=window, text_sha256=late_key(window, start, end))
-            out.append(ContextRow(**stored, pooled_span=(start, end)))
+            out.append(_late_row(row, window, start, end))
         else:
             out.append(dataclasses.replace(
                 row, text=window, text_sha256=hashlib.sha256(window.encode("utf-8")).hexdigest()))
