@@ -42,6 +42,10 @@ Where we differ from the seed's reference, on purpose:
   rest of the next page keeps its own chunk (the seed's Example 4). A carried
   fragment that makes the next chunk too large re-packs that chunk under the
   normal limits instead of overflowing it.
+* The accumulator sums its sentences' counts, as the seed's does; where BPE counts
+  the joined text over the cap although the sum fits (an ending merging with the
+  next word: CJK text), that chunk's sentences are packed again by the joined text's
+  own count, so it becomes two chunks rather than one per sentence.
 * The semantic overlap never copies the whole next chunk (a next chunk no longer
   than the overlap target is left out), and a chunk whose exact count ends above
   the cap after overlap (BPE merges across a join) gives the overlap back.
@@ -851,31 +855,65 @@ class _Splitter:
         texts = [draft.text + draft.overlap for draft in drafts]
         counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
-        for draft, text, tokens, verbatim_at_start in zip(drafts, texts, counts, at_start):
-            if draft.overlap and tokens > self.cap:
+        figures = [self.is_figure(draft) for draft in drafts] if self.any_figure else repeat(False)
+        cap, make_chunk = self.cap, self.make_chunk
+        for draft, text, tokens, verbatim_at_start, figure in zip(drafts, texts, counts, at_start, figures):
+            if tokens > cap and draft.overlap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
                 text, tokens, verbatim_at_start = draft.text, self.count_at(draft.text, draft.start), None
-            if tokens > self.cap and not self.is_figure(draft):
+            if tokens > cap and not figure:
                 chunks.extend(self.resplit(doc, draft))
                 continue
-            chunks.append(self.make_chunk(doc, draft, text, tokens, page_offsets, verbatim_at_start))
+            chunks.append(make_chunk(doc, draft, text, tokens, figure, page_offsets, verbatim_at_start))
         return chunks
 
     def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
-        # Rare: a join measured over the cap although its parts fit (the joined text counts
-        # more tokens than its sentences summed: 12 drafts of CJK text in the chunker bench,
-        # re-split into 258 chunks).
-        # Keep each unit whole where it fits; the recursive split guarantees the rest.
-        pieces: list[_Draft] = []
-        for unit in draft.units:
-            for start, end, _ in self.unit_pieces(unit):
-                piece = _Draft([unit._replace(start=start, end=end)], draft.home)
-                if self.assemble(piece):
-                    pieces.append(piece)
+        """Chunks of a draft whose joined text counts over the cap although its units' counts
+        sum within it: its units packed again, each chunk measured on its own joined text.
+
+        BPE counts a join higher than its parts where the ending of one sentence merges
+        with the next sentence's first word (CJK text: the chunker bench's workload has
+        12-15 such drafts). The accumulator's rule, applied with the exact count: a chunk
+        takes the next unit while its joined, trimmed text still fits the cap (the soft
+        budget holds for any run of units of a draft that held it). So each chunk is
+        within the cap and a draft becomes two chunks, not one per sentence (it became
+        one per sentence before: 258 chunks of about 20 tokens from 12 drafts). A unit
+        alone over the cap once trimmed takes the recursive split.
+        """
+        units = draft.units
+        chunks: list[Chunk] = []
+        lo = 0
+        while lo < len(units):
+            fitted: tuple[_Draft, int] | None = None  # the longest run [lo, hi) found to fit
+            hi = lo
+            while hi < len(units):
+                run = _Draft(units[lo : hi + 1], draft.home)
+                text = self.assemble(run)
+                tokens = self.count_at(text, run.start) if text else 0
+                if tokens > self.cap:
+                    break
+                fitted, hi = (run, tokens), hi + 1
+            if fitted is None:  # units[lo] alone is over the cap
+                chunks.extend(self.unit_chunks(doc, units[lo], draft.home))
+                lo += 1
+                continue
+            run, tokens = fitted
+            if self.assemble(run):  # run's text and span, as measured (the loop assembled longer runs since)
+                chunks.append(self.make_chunk(doc, run, run.text, tokens, False))
+            lo = hi
+        return chunks
+
+    def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[Chunk]:
+        """The chunks of one unit over the cap: the pieces of its recursive split, each counted."""
+        pieces = []
+        for start, end, _ in self.unit_pieces(unit):
+            piece = _Draft([unit._replace(start=start, end=end)], home)
+            if self.assemble(piece):
+                pieces.append(piece)
         # Every piece's text is verbatim source: counted in one batch from the document's encoding.
         counts = self.count_many_at([p.text for p in pieces], [p.start for p in pieces])
-        return [self.make_chunk(doc, piece, piece.text, n) for piece, n in zip(pieces, counts)]
+        return [self.make_chunk(doc, piece, piece.text, n, False) for piece, n in zip(pieces, counts)]
 
     def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
         """``split_oversized(unit.start, unit.end)``, without counting again a unit known to fit.
@@ -913,26 +951,35 @@ class _Splitter:
         draft: _Draft,
         text: str,
         tokens: int,
+        figure: bool,
         page_offsets: list[int] | None = None,
         verbatim_at_start: bool | None = None,
     ) -> Chunk:
-        """The chunk of ``draft`` holding ``text``. ``verbatim_at_start``, when known, is
-        ``doc.text.startswith(text, draft.start)`` (the caller compared them already)."""
+        """The chunk of ``draft`` holding ``text``. ``figure`` is ``self.is_figure(draft)``;
+        ``verbatim_at_start``, when known, is ``doc.text.startswith(text, draft.start)`` (the
+        caller compared them already)."""
         start, end = draft.start, draft.end
-        if draft.overlap:
+        overlap = draft.overlap
+        if overlap:
             end = max(end, draft.overlap_end)
-        start, end = min(start, end), max(start, end)
-        if len(doc.pages) == 1:  # every unit and offset is on that page
-            page_start = page_end = doc.pages[0].page_num
+        if start > end:
+            start, end = end, start
+        pages = doc.pages
+        if len(pages) == 1:  # every unit and offset is on that page
+            page_start = page_end = pages[0].page_num
         else:
-            pages = [doc.pages[i].page_num for i in draft.pages()]
-            page_end = doc.page_at(end - 1, page_offsets) if draft.overlap and end > start else max(pages)
-            page_start, page_end = min(pages), max(page_end, max(pages))
-        metadata: dict[str, object] = {"page_num": doc.pages[draft.home].page_num}
-        if self.is_figure(draft):
+            numbers = [pages[i].page_num for i in draft.pages()]
+            page_end = doc.page_at(end - 1, page_offsets) if overlap and end > start else max(numbers)
+            page_start, page_end = min(numbers), max(page_end, max(numbers))
+        metadata: dict[str, object] = {"page_num": pages[draft.home].page_num}
+        if figure:
             metadata["cap_exempt"] = "figure"
-        if draft.overlap:
-            metadata["overlap_chars"] = len(draft.overlap)  # look-ahead copied from the next chunk
+        if overlap:
+            metadata["overlap_chars"] = len(overlap)  # look-ahead copied from the next chunk
+        # text == doc.text[start:end], compared in place rather than on a copy of the slice
+        verbatim = len(text) == end - start and (
+            verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)
+        )
         return Chunk.of(
             {
                 "text": text,
@@ -941,9 +988,7 @@ class _Splitter:
                 "token_count": tokens,
                 "page_start": page_start,
                 "page_end": page_end,
-                # text == doc.text[start:end], compared in place rather than on a copy of the slice
-                "verbatim": len(text) == end - start
-                and (verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)),
+                "verbatim": verbatim,
                 "metadata": metadata,
             }
         )

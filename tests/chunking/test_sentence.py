@@ -311,3 +311,27 @@ def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatc
         monkeypatch.undo()
         assert shortcut == segmented
     assert sum(p != "" for p in shortcut) > 1000  # the texts do reach past the target
+
+
+def test_draft_that_counts_over_the_cap_once_joined_is_packed_again_not_cut_per_sentence(tiktoken_tokenizer):
+    # The three sentences count 28 + 28 + 2 = 58 tokens apart, 61 joined (an ending merges
+    # with what follows it): the accumulator takes all three under a cap of 60, the chunk
+    # is over it. Packed again by the joined text's count: the two sentences that fit
+    # together, then the rest (not one chunk per sentence, as before).
+    text = "ファイルの最下行に移動するために G をタイプしましょう。\n     ファイルの先頭に移動するには gg とタイプしましょう。\n\n  3."
+    first, end = text[: text.index("\n\n")], text.index("3.")
+    bounds = sentence_bounds(text)
+    assert bounds[-2] == end and len(bounds) == 4
+    assert [len(tiktoken_tokenizer.encode(text[a:b])) for a, b in zip(bounds, bounds[1:])] == [28, 28, 2]
+    assert len(tiktoken_tokenizer.encode(text)) == 61
+    config = SentenceConfig(max_tokens_per_section=60, semantic_overlap_percent=0)
+    chunks = chunk_sentence(ParsedDocument.from_text(text), config, tiktoken_tokenizer)
+    assert [(c.text, c.char_start, c.char_end, c.token_count) for c in chunks] == [
+        (first, 0, len(first), len(tiktoken_tokenizer.encode(first))),
+        ("3.", end, end + 2, 2),
+    ]
+    assert all(c.verbatim and c.token_count <= 60 for c in chunks)
+    # Under a cap of 61 the joined text fits: one chunk.
+    one = chunk_sentence(ParsedDocument.from_text(text), config.model_copy(update={"max_tokens_per_section": 61}),
+                         tiktoken_tokenizer)
+    assert [c.text for c in one] == [text]
