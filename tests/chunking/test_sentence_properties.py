@@ -366,3 +366,28 @@ def test_span_boundaries_near_a_midpoint_match_the_listed_matches(text, data, re
             hi = data.draw(st.integers(middle, end))
             assert boundaries.nearest(pattern, middle, lo, hi) == _nearest_listed(positions, middle, lo, hi), (
                 pattern.pattern, start, end, middle, lo, hi)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 9), st.integers(0, 9), st.sampled_from("ttttwfpo")), max_size=30),
+    st.integers(1, 25),
+    st.integers(1, 25),
+    st.booleans(),
+)
+def test_pack_matches_the_unit_by_unit_rule_at_exact_bounds(specs, cap, max_chars, reference):
+    # Small sizes, counts and limits, so groups often end exactly at the cap or the budget;
+    # kinds: t text, w whitespace, f figure, p piece of an
+    # oversized span, o a piece starting one character before the previous unit ends.
+    from chunking.strategies.sentence import Unit, _Splitter, _Units
+
+    text, units, at = "", [], 0
+    for size, tokens, kind in specs:
+        start = at - 1 if kind == "o" and units and not units[-1].figure and units[-1].end - units[-1].start > 1 else at
+        text += (" " if kind == "w" else "x") * (start + size - at) if start + size > at else ""
+        units.append(Unit(start, start + size, 0, tokens, kind == "f", kind in "po"))
+        at = max(at, start + size)
+    config = SentenceConfig(max_tokens_per_section=cap, max_section_length=max_chars, reference_mode=reference)
+    splitter = _Splitter(text, config, TOKENIZER)
+    expected = _reference_pack(text, units, cap, max_chars, reference)
+    assert [units[lo:hi] for lo, hi in splitter.pack(_Units.of(units))] == expected
