@@ -874,35 +874,55 @@ class _Splitter:
 
         BPE counts a join higher than its parts where the ending of one sentence merges
         with the next sentence's first word (CJK text: the chunker bench's workload has
-        12-15 such drafts). The accumulator's rule, applied with the exact count: a chunk
-        takes the next unit while its joined, trimmed text still fits the cap (the soft
-        budget holds for any run of units of a draft that held it). So each chunk is
-        within the cap and a draft becomes two chunks, not one per sentence (it became
-        one per sentence before: 258 chunks of about 20 tokens from 12 drafts). A unit
-        alone over the cap once trimmed takes the recursive split.
+        12-15 such drafts). The accumulator's rule, with the exact count: each chunk is a
+        run of whole units whose joined, trimmed text fits the cap and would not with the
+        next unit (the soft budget holds for any run of units of a draft that held it).
+        So a draft becomes two chunks, not one per sentence as before (258 chunks of
+        about 20 tokens from 12 drafts). A unit alone over the cap once trimmed takes
+        the recursive split.
+
+        The run's end is found by bisection (a joined text's count may not grow with
+        every unit added, so any end whose run fits and whose next does not will do):
+        a few counts per chunk rather than one per unit.
         """
         units = draft.units
         chunks: list[Chunk] = []
         lo = 0
         while lo < len(units):
-            fitted: tuple[_Draft, int] | None = None  # the longest run [lo, hi) found to fit
-            hi = lo
-            while hi < len(units):
-                run = _Draft(units[lo : hi + 1], draft.home)
-                text = self.assemble(run)
-                tokens = self.count_at(text, run.start) if text else 0
-                if tokens > self.cap:
-                    break
-                fitted, hi = (run, tokens), hi + 1
-            if fitted is None:  # units[lo] alone is over the cap
+            end, fits = len(units), self.measured_run(units, lo, len(units), draft.home)
+            if fits is None:
+                end, fits = self.fitting_run(units, lo, draft.home)
+            if fits is None:  # units[lo] alone is over the cap
                 chunks.extend(self.unit_chunks(doc, units[lo], draft.home))
                 lo += 1
                 continue
-            run, tokens = fitted
-            if self.assemble(run):  # run's text and span, as measured (the loop assembled longer runs since)
+            run, tokens = fits
+            if run.text:
                 chunks.append(self.make_chunk(doc, run, run.text, tokens, False))
-            lo = hi
+            lo = end
         return chunks
+
+    def fitting_run(self, units: list[Unit], lo: int, home: int) -> tuple[int, tuple[_Draft, int] | None]:
+        """``(end, measured_run(units, lo, end))`` for an ``end`` whose run fits the cap and
+        whose run one unit longer does not, given that ``units[lo:]`` does not fit; ``(lo, None)``
+        when ``units[lo]`` alone does not. Bisection: the invariant is that ``[lo, good)`` fits
+        (or is empty) and ``[lo, bad)`` does not."""
+        good, bad, fits = lo, len(units), None
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            run = self.measured_run(units, lo, middle, home)
+            if run is None:
+                bad = middle
+            else:
+                good, fits = middle, run
+        return good, fits
+
+    def measured_run(self, units: list[Unit], lo: int, hi: int, home: int) -> tuple[_Draft, int] | None:
+        """The draft of ``units[lo:hi]``, assembled, and its text's count; ``None`` when over the cap."""
+        run = _Draft(units[lo:hi], home)
+        text = self.assemble(run)
+        tokens = self.count_at(text, run.start) if text else 0
+        return (run, tokens) if tokens <= self.cap else None
 
     def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[Chunk]:
         """The chunks of one unit over the cap: the pieces of its recursive split, each counted."""
