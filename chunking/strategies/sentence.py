@@ -106,7 +106,7 @@ from chunking.segmenter import (
     sentence_end_possible,
 )
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_spans, count_tokens, span_counter
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_at_most, count_spans, count_tokens, span_counter
 
 # Reference mode: the look-ahead overlap stops at a word break only this far past its target.
 REFERENCE_OVERLAP_WORD_SLACK = 20
@@ -693,23 +693,45 @@ class _Splitter:
 
     def fitting_prefixes(self, prefixes: list[str], starts: list[int], room_chars: list[int], room_tokens: list[int]) -> list[str]:
         """For each prefix (of a text at ``starts[k]`` in the source, or not verbatim), the first of
-        it and its shorter ones (each trimmed back a word from the one before) within
-        ``room_chars[k]`` characters and then ``room_tokens[k]`` tokens; ``""`` when none is.
+        it and its shorter ones (each trimmed back a word from the one before: ``partial_word_trims``)
+        within ``room_chars[k]`` characters and then ``room_tokens[k]`` tokens; ``""`` when none is.
 
-        The prefixes are counted in one batch; the shorter ones of every prefix that does
-        not fit in a second (about 10 per prefix), as if each were tried in turn.
+        Counted in two batches, as if each were tried in turn: first each prefix's longest
+        candidate within its characters (the prefix itself, mostly; a longer one cannot
+        fit), unless the tokenizer's bound on its count (``count_at_most``) already fits
+        the room (most prefixes: a chunk seldom comes near the cap); then, where that
+        one is over its tokens, every shorter one.
         """
-        counts = self.count_many_at(prefixes, starts)
-        fitting = [p if len(p) <= chars and n <= tokens else "" for p, n, chars, tokens in zip(prefixes, counts, room_chars, room_tokens)]
+        firsts = []
+        for prefix, chars, tokens in zip(prefixes, room_chars, room_tokens):
+            if len(prefix) <= chars or chars < 1 or tokens < 0:
+                # (None fits without room: each candidate has a character, and no count is negative.)
+                firsts.append(prefix if len(prefix) <= chars and tokens >= 0 else "")
+            else:
+                firsts.append(next((prefix[:n] for n in self.partial_word_trims(prefix) if n <= chars), ""))
+        fitting = [""] * len(prefixes)
+        counted = []
+        for k, first in enumerate(firsts):
+            if first:
+                if self.surely_fits(first, room_tokens[k]):
+                    fitting[k] = first
+                else:
+                    counted.append(k)
+        counts = self.count_many_at([firsts[k] for k in counted], [starts[k] for k in counted])
         shrinking: list[int] = []
         shorter: list[list[str]] = []
-        for k, prefix in enumerate(prefixes):
-            if fitting[k] or room_chars[k] < 1 or room_tokens[k] < 0:
-                continue  # (no shorter one fits either: each has a character, and no count is negative)
-            candidates = [prefix[:length] for length in self.partial_word_trims(prefix) if length <= room_chars[k]]
-            if candidates:
+        for k, tokens in zip(counted, counts):
+            if tokens <= room_tokens[k]:
+                fitting[k] = firsts[k]
+                continue
+            candidates = [firsts[k][:n] for n in self.partial_word_trims(firsts[k])]
+            # The first whose bound fits is taken unless a longer one fits: only those are counted.
+            sure = next((i for i, p in enumerate(candidates) if self.surely_fits(p, room_tokens[k])), len(candidates))
+            if sure < len(candidates):
+                fitting[k] = candidates[sure]
+            if sure:
                 shrinking.append(k)
-                shorter.append(candidates)
+                shorter.append(candidates[:sure])
         texts = [p for candidates in shorter for p in candidates]
         counts = iter(self.count_many_at(texts, [starts[k] for k, candidates in zip(shrinking, shorter) for _ in candidates]))
         for k, candidates in zip(shrinking, shorter):
@@ -717,6 +739,11 @@ class _Splitter:
             if fits:
                 fitting[k] = fits[0]
         return fitting
+
+    def surely_fits(self, text: str, room_tokens: int) -> bool:
+        """Whether the tokenizer's bound on the count of ``text`` (``count_at_most``) is within ``room_tokens``."""
+        bound = count_at_most(self.tokenizer, text)
+        return bound is not None and bound <= room_tokens
 
     def add_reference_overlap(self, drafts: list[_Draft], target: int) -> None:
         """The reference's look-ahead overlap of each pair of ``drafts`` (reference mode)."""
@@ -816,23 +843,28 @@ class _Splitter:
 
     def trim_partial_word(self, text: str) -> str:
         """``text`` up to its last word break (excluded), right-trimmed; ``""`` without one."""
-        lengths = self.partial_word_trims(text, most=1)
+        lengths = self.partial_word_trims(text)
         return text[: lengths[0]] if lengths else ""
 
-    def partial_word_trims(self, text: str, most: int | None = None) -> list[int]:
+    def partial_word_trims(self, text: str) -> list[int]:
         """The lengths of ``text`` trimmed back a word (up to its last word break, excluded,
-        right-trimmed), of that trimmed back a word, and so on while not empty (at most
-        ``most`` of them): the breaks are found in one scan, each trim is a look-up."""
-        breaks = [found.start() for found in self.break_char_pattern.finditer(text)]
-        lengths: list[int] = []
-        below = len(breaks)  # breaks[:below] lie inside the current length
-        while below and len(lengths) != most:
-            length = len(text[: breaks[below - 1]].rstrip())
-            if not length:
-                break
-            lengths.append(length)
-            below = bisect.bisect_left(breaks, length, 0, below)
-        return lengths
+        right-trimmed), of that trimmed back a word, and so on while not empty.
+
+        From one regex scan: a trim of ``text[:n]`` is ``rstripped(b)``, the end of the
+        last non-whitespace character before ``b``, the last break below ``n``; those
+        lengths are the ends of ``word_end_pattern``'s matches (a non-whitespace
+        character, then whitespace up to a break). The trims are all of them,
+        longest first: the first is the largest (``rstripped`` grows with ``b``), and
+        none is skipped between two trims ``m < n``: ``text[n - 1]`` is not
+        whitespace, so a break at or past ``n`` gives ``n`` or more, one before the
+        last break below ``n`` at most ``m``, and none lies between.
+        """
+        return [found.end() for found in self.word_end_pattern.finditer(text)][::-1]
+
+    @cached_property
+    def word_end_pattern(self) -> re.Pattern[str]:
+        # A non-whitespace character followed by whitespace (none or more) then a break.
+        return re.compile("\\S(?=\\s*?" + self.break_char_pattern.pattern + ")")
 
     @cached_property
     def break_char_pattern(self) -> re.Pattern[str]:

@@ -361,14 +361,28 @@ def test_partial_word_trims_are_the_prefix_trimmed_back_a_word_at_a_time():
         assert splitter.trim_partial_word(text) == (trims[0] if trims else "")
 
 
-def test_fitting_prefixes_are_the_first_that_fit_tried_in_turn():
+class _TokenizerWithoutBound:
+    """A tiktoken tokenizer that offers no ``count_at_most``: every candidate is counted."""
+
+    def __init__(self) -> None:
+        self.inner = TiktokenTokenizer()
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.inner.decode(tokens)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_fitting_prefixes_are_the_first_that_fit_tried_in_turn(bounded):
     import random
 
     from chunking.strategies.sentence import _Splitter
 
     rng = random.Random(6)
     source = "".join(rng.choice(_TRIM_PIECES + ["The", "tokens", "überall", "。"]) for _ in range(6000))
-    tokenizer = TiktokenTokenizer()
+    tokenizer = TiktokenTokenizer() if bounded else _TokenizerWithoutBound()
     splitter = _Splitter(source, SentenceConfig(), tokenizer)
     prefixes, starts, room_chars, room_tokens = [], [], [], []
     for _ in range(1500):
@@ -391,3 +405,16 @@ def test_fitting_prefixes_are_the_first_that_fit_tried_in_turn():
     assert splitter.fitting_prefixes(prefixes, starts, room_chars, room_tokens) == expected
     assert sum(e != "" and e != p for e, p in zip(expected, prefixes)) > 100  # shrunk ones
     assert sum(e == p for e, p in zip(expected, prefixes)) > 100  # whole ones
+
+
+def test_count_at_most_is_never_below_the_count():
+    import random
+
+    from chunking.tokenizers import CharTokenizer, EstimateTokenizer, count_at_most, count_tokens
+
+    rng = random.Random(8)
+    pieces = _TRIM_PIECES + ["<|endoftext|>", "😀", "ü", "中文。", "  ", "1234567", "aaaaaaaaaaaa", "\u200b"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    for tokenizer in (TiktokenTokenizer(), CharTokenizer(), EstimateTokenizer()):
+        assert all(count_at_most(tokenizer, t) >= count_tokens(tokenizer, t) for t in texts)
+    assert count_at_most(_TokenizerWithoutBound(), "text") is None
