@@ -36,12 +36,11 @@ def count_tokens(tokenizer: Tokenizer, text: str) -> int:
     return len(tokenizer.encode(text))
 
 
-def count_at_most(tokenizer: Tokenizer, text: str) -> int | None:
-    """A bound that ``count_tokens(tokenizer, text)`` never exceeds, known without encoding
-    (``None`` for a tokenizer that offers none): a caller that only asks whether a text
-    fits a room can skip counting it when the bound fits."""
-    bound = getattr(tokenizer, "count_at_most", None)
-    return bound(text) if bound is not None else None
+def count_bound(tokenizer: Tokenizer) -> Callable[[str], int] | None:
+    """``bound(text)``, never below ``count_tokens(tokenizer, text)`` and known without encoding
+    (the tokenizer's ``count_at_most``; ``None`` for a tokenizer that offers none): a caller
+    that only asks whether a text fits a room can skip counting it when the bound fits."""
+    return getattr(tokenizer, "count_at_most", None)
 
 
 def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:

@@ -50,8 +50,10 @@ Where we differ from the seed's reference, on purpose:
   exact; any other tokenizer counts each span once). The accumulator sums span
   counts instead of re-tokenizing itself; only text that is not verbatim source
   (a page join, a non-contiguous overlap) is encoded again. The units of a
-  page, the chunks and the look-ahead overlaps are each counted in one
-  ``count_spans`` batch. Inside the
+  page and the chunks are each counted in one ``count_spans`` batch; a
+  look-ahead overlap is counted (in one batch, and one more for the shrinking
+  ones) only where the tokenizer's bound on its count (``count_bound``: its
+  UTF-8 bytes for tiktoken) does not already fit its room. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
 * The midpoint overlap is taken once per boundary-less run: pieces of a
@@ -106,7 +108,7 @@ from chunking.segmenter import (
     sentence_end_possible,
 )
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_at_most, count_spans, count_tokens, span_counter
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_bound, count_spans, count_tokens, span_counter
 
 # Reference mode: the look-ahead overlap stops at a word break only this far past its target.
 REFERENCE_OVERLAP_WORD_SLACK = 20
@@ -698,7 +700,7 @@ class _Splitter:
 
         Counted in two batches, as if each were tried in turn: first each prefix's longest
         candidate within its characters (the prefix itself, mostly; a longer one cannot
-        fit), unless the tokenizer's bound on its count (``count_at_most``) already fits
+        fit), unless the tokenizer's bound on its count (``count_bound``) already fits
         the room (most prefixes: a chunk seldom comes near the cap); then, where that
         one is over its tokens, every shorter one.
         """
@@ -709,11 +711,16 @@ class _Splitter:
                 firsts.append(prefix if len(prefix) <= chars and tokens >= 0 else "")
             else:
                 firsts.append(next((prefix[:n] for n in self.partial_word_trims(prefix) if n <= chars), ""))
+        bound = count_bound(self.tokenizer)
+
+        def surely_within(text: str, tokens: int) -> bool:  # no need to count it
+            return bound is not None and bound(text) <= tokens
+
         fitting = [""] * len(prefixes)
         counted = []
         for k, first in enumerate(firsts):
             if first:
-                if self.surely_fits(first, room_tokens[k]):
+                if surely_within(first, room_tokens[k]):
                     fitting[k] = first
                 else:
                     counted.append(k)
@@ -726,7 +733,7 @@ class _Splitter:
                 continue
             candidates = [firsts[k][:n] for n in self.partial_word_trims(firsts[k])]
             # The first whose bound fits is taken unless a longer one fits: only those are counted.
-            sure = next((i for i, p in enumerate(candidates) if self.surely_fits(p, room_tokens[k])), len(candidates))
+            sure = next((i for i, p in enumerate(candidates) if surely_within(p, room_tokens[k])), len(candidates))
             if sure < len(candidates):
                 fitting[k] = candidates[sure]
             if sure:
@@ -739,11 +746,6 @@ class _Splitter:
             if fits:
                 fitting[k] = fits[0]
         return fitting
-
-    def surely_fits(self, text: str, room_tokens: int) -> bool:
-        """Whether the tokenizer's bound on the count of ``text`` (``count_at_most``) is within ``room_tokens``."""
-        bound = count_at_most(self.tokenizer, text)
-        return bound is not None and bound <= room_tokens
 
     def add_reference_overlap(self, drafts: list[_Draft], target: int) -> None:
         """The reference's look-ahead overlap of each pair of ``drafts`` (reference mode)."""

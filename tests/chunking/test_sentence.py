@@ -362,7 +362,7 @@ def test_partial_word_trims_are_the_prefix_trimmed_back_a_word_at_a_time():
 
 
 class _TokenizerWithoutBound:
-    """A tiktoken tokenizer that offers no ``count_at_most``: every candidate is counted."""
+    """A tiktoken tokenizer that offers no bound (``count_at_most``): every candidate is counted."""
 
     def __init__(self) -> None:
         self.inner = TiktokenTokenizer()
@@ -407,14 +407,15 @@ def test_fitting_prefixes_are_the_first_that_fit_tried_in_turn(bounded):
     assert sum(e == p for e, p in zip(expected, prefixes)) > 100  # whole ones
 
 
-def test_count_at_most_is_never_below_the_count():
+def test_count_bound_is_never_below_the_count():
     import random
 
-    from chunking.tokenizers import CharTokenizer, EstimateTokenizer, count_at_most, count_tokens
+    from chunking.tokenizers import CharTokenizer, EstimateTokenizer, count_bound, count_tokens
 
     rng = random.Random(8)
     pieces = _TRIM_PIECES + ["<|endoftext|>", "😀", "ü", "中文。", "  ", "1234567", "aaaaaaaaaaaa", "\u200b"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 60))) for _ in range(3000)]
     for tokenizer in (TiktokenTokenizer(), CharTokenizer(), EstimateTokenizer()):
-        assert all(count_at_most(tokenizer, t) >= count_tokens(tokenizer, t) for t in texts)
-    assert count_at_most(_TokenizerWithoutBound(), "text") is None
+        bound = count_bound(tokenizer)
+        assert all(bound(t) >= count_tokens(tokenizer, t) for t in texts)
+    assert count_bound(_TokenizerWithoutBound()) is None
