@@ -39,7 +39,6 @@ paths cut alike).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import re
 import sys
@@ -191,20 +190,18 @@ def sentence_bounds_each(texts: list[str]) -> list[list[int]]:
     """
     if not texts:
         return []
+    import numpy as np
+
     joined = _TEXT_SEPARATOR.join(texts)
     codes = code_points(joined, keep=False) if len(joined) >= _VECTOR_SCAN_CHARS else None
-    bounds = sentence_bounds(joined, codes=codes)
-    each: list[list[int]] = []
-    start = 0
-    for text in texts:
-        end = start + len(text)
-        if text:
-            inside = bounds[bisect.bisect_right(bounds, start) : bisect.bisect_left(bounds, end)]
-            each.append([0, *(bound - start for bound in inside), len(text)] if start else [0, *inside, len(text)])
-        else:
-            each.append([])
-        start = end + len(_TEXT_SEPARATOR)
-    return each
+    bounds = np.array(sentence_bounds(joined, codes=codes), dtype=np.int64)
+    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    starts = np.concatenate(([0], np.cumsum(sizes + len(_TEXT_SEPARATOR))[:-1]))
+    # Each bound relative to the start of the text it falls in (or the separator after it).
+    relative = (bounds - starts[np.searchsorted(starts, bounds, side="right") - 1]).tolist()
+    firsts = np.searchsorted(bounds, starts, side="right").tolist()  # the first bound past each start
+    lasts = np.searchsorted(bounds, starts + sizes, side="left").tolist()  # the first at or past each end
+    return [[0, *relative[first:last], size] if size else [] for first, last, size in zip(firsts, lasts, sizes.tolist())]
 
 
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
