@@ -90,7 +90,7 @@ import bisect
 import operator
 import re
 from functools import cached_property
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -208,7 +208,7 @@ class _Units:
     def any_figure(self, lo: int, hi: int) -> bool:
         """``any(figures[lo:hi])``, by a binary search over the figures' indexes."""
         if self._figure_indexes is None:
-            self._figure_indexes = [i for i, figure in enumerate(self.figures) if figure]
+            self._figure_indexes = list(compress(range(len(self.figures)), self.figures))
         k = bisect.bisect_left(self._figure_indexes, lo)
         return k < len(self._figure_indexes) and self._figure_indexes[k] < hi
 
@@ -680,7 +680,7 @@ class _Splitter:
         size = len(drafts)
         followers = [i for i in range(1, size) if len(drafts[i].text) > target]
         if self.any_figure:
-            figures = [self.is_figure(draft) for draft in drafts]
+            figures = [draft.figure for draft in drafts]  # is_figure, self.any_figure being true
             followers = [i for i in followers if not (figures[i - 1] or figures[i])]
         currents = [drafts[i - 1] for i in followers]
         followings = [drafts[i] for i in followers]
