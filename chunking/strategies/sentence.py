@@ -659,7 +659,8 @@ class _Splitter:
             return
         # Each pair's overlap depends on that pair alone. The pairs are taken a step at a
         # time, all together: their prefixes (the windows segmented in one call), their
-        # joiners and rooms, then the counts (one batch, and one for the shrinking pairs).
+        # joiners and rooms, then what fits (counted in batches, where the tokenizer's
+        # bound does not settle it: fitting_prefixes).
         currents, followings = self.overlap_pairs(drafts, target)
         prefixes = self.native_overlap_prefixes([following.text for following in followings], target)
         kept = [k for k, prefix in enumerate(prefixes) if prefix and not currents[k].text.endswith(prefix)]
