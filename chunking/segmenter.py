@@ -75,7 +75,6 @@ _SPACED_ENDING = re.compile("[" + re.escape("".join(SENTENCE_ENDINGS) + "…") +
 _CJK_ENDING_CHARACTER = re.compile("[" + re.escape(_CJK_ENDINGS) + "]")
 # The characters of a candidate ending run (_CANDIDATE's first class).
 _ENDING_RUN_CHARACTERS = frozenset(".!?…" + _CJK_ENDINGS)
-_ENDING_RUN_OR_CLOSER = _ENDING_RUN_CHARACTERS | frozenset(_CLOSERS)
 # The numpy scan's first filter for those characters (see _candidate_arrays).
 _ASCII_ENDING_CODES = tuple(sorted(ord(c) for c in _ENDING_RUN_CHARACTERS if ord(c) < 0x80))
 _FIRST_NON_ASCII_ENDING = min(ord(c) for c in _ENDING_RUN_CHARACTERS if ord(c) >= 0x80)
@@ -155,47 +154,67 @@ def sentence_bounds(text: str, offset: int = 0, *, codes: Any = None) -> list[in
     return [bound + offset for bound in bounds] if offset else bounds
 
 
+# Between the texts that sentence_bounds_each segments in one call: whitespace, a letter, whitespace.
+_TEXT_SEPARATOR = " x "
+
+
+def sentence_bounds_each(texts: list[str]) -> list[list[int]]:
+    """``[sentence_bounds(text) for text in texts]``, segmenting the texts in one call.
+
+    For many short texts (the windows of the look-ahead overlap): they are joined with
+    ``_TEXT_SEPARATOR`` between them and segmented together, so their candidates are
+    decided in one numpy pass (:func:`_long_text_bounds`) rather than one by one in
+    Python; each text's bounds are the joined text's cuts strictly inside it.
+
+    Why it is exact. The rules decide a candidate from the text itself: 40 characters
+    back (``_word_before``) and forward through its closers, whitespace and the next
+    word (``_TAIL``; a blank line, its whitespace). The separator starts and ends with
+    whitespace and holds a letter, which no closer, whitespace or blank-line run crosses:
+
+    * Nothing before a text reaches into it: a cut made before it stops at the
+      separator's letter at the latest, and a word read back from inside it stops at
+      the separator's last character, whitespace, as the text alone stops at its
+      start. So every candidate of the text, and the candidates only, are found and
+      read alike up to the text's end.
+    * At the text's end: a next word that the text cut short ends there, followed by
+      the separator's whitespace, as by the end of the text alone. A candidate whose
+      closers or whitespace reach the end (alone: ``end >= size``, no cut, the text's
+      last bound) may be decided otherwise here (it now sees the separator), but its
+      cut, if any, falls at or after the text's end: outside the text. No other
+      candidate follows it within the text (a later one would start inside its
+      whitespace, a blank line, and end where it ends).
+
+    So the cuts strictly inside each text are those of the text alone, and
+    ``sentence_bounds`` gives the same cuts along either of its paths
+    (``tests/chunking/test_segmenter.py``).
+    """
+    if not texts:
+        return []
+    import numpy as np
+
+    joined = _TEXT_SEPARATOR.join(texts)
+    codes = code_points(joined, keep=False) if len(joined) >= _VECTOR_SCAN_CHARS else None
+    bounds = np.array(sentence_bounds(joined, codes=codes), dtype=np.int64)
+    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    starts = np.concatenate(([0], np.cumsum(sizes + len(_TEXT_SEPARATOR))[:-1]))
+    # Each bound relative to the start of the text it falls in (or the separator after it).
+    relative = (bounds - starts[np.searchsorted(starts, bounds, side="right") - 1]).tolist()
+    firsts = np.searchsorted(bounds, starts, side="right").tolist()  # the first bound past each start
+    lasts = np.searchsorted(bounds, starts + sizes, side="left").tolist()  # the first at or past each end
+    return [[0, *relative[first:last], size] if size else [] for first, last, size in zip(firsts, lasts, sizes.tolist())]
+
+
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
     """``sentence_spans(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
     bounds = _bounds_candidate_by_candidate(text)
     return list(zip(bounds, bounds[1:]))
 
 
-def sentence_bounds_from(text: str, at: int) -> list[int]:
-    """The bounds of ``sentence_spans(text)`` from about ``at`` on: ``[lo, *cuts, len(text)]``.
-
-    ``lo <= at``, and ``cuts`` are exactly the bounds of ``sentence_bounds(text)``
-    strictly between ``lo`` and ``len(text)``: only the candidates from ``lo`` on are
-    evaluated (for a caller that needs the sentence ends past ``at`` of a short text,
-    such as the look-ahead overlap). So the first span, ``[lo, cuts[0])``, is the end
-    of the sentence that holds ``lo``, not a sentence of its own.
-
-    Why it is exact: ``lo`` is moved back from ``at`` until the character before it
-    is none of an ending, a closer or whitespace (or ``lo == 0``). A candidate match
-    and the closers and whitespace a boundary takes after it consist of those
-    characters only, so no candidate before ``lo`` reaches it: each one's cut is
-    below ``lo`` (it cannot hide a later cut, which is above ``lo``), and the
-    candidates found scanning from ``lo`` are those of a scan from 0. The rules
-    look back from a candidate in the text itself, never at earlier candidates.
-    The per-candidate path is used at every length (the numpy path of long texts
-    cuts alike: ``tests/chunking/test_segmenter.py``).
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"sentence_bounds_from expects str, got {type(text).__name__}")
-    lo = max(min(at, len(text)), 0)
-    while lo > 0 and (text[lo - 1] in _ENDING_RUN_OR_CLOSER or text[lo - 1].isspace()):
-        lo -= 1
-    if not text:
-        return [0, 0]
-    return _bounds_candidate_by_candidate(text, lo)
-
-
-def _bounds_candidate_by_candidate(text: str, lo: int = 0) -> list[int]:
-    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn;
-    with ``lo``, the candidates from ``lo`` on (see :func:`sentence_bounds_from`)."""
+def _bounds_candidate_by_candidate(text: str) -> list[int]:
+    """``sentence_bounds(text)`` (non-empty ``text``), evaluating the rules at each candidate in turn."""
     size = len(text)
     cuts: list[int] = []
-    for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text, lo):
+    for match in (_ASCII_CANDIDATE if text.isascii() else _CANDIDATE).finditer(text):
         decision = _evaluate(text, *match.span())
         if decision is None:
             continue  # "0.95", "os.path": punctuation inside a token
@@ -204,7 +223,7 @@ def _bounds_candidate_by_candidate(text: str, lo: int = 0) -> list[int]:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    return [lo, *cuts, size]  # the cuts ascend strictly, from above lo to below size: no span is empty
+    return [0, *cuts, size]  # the cuts ascend strictly, from above 0 to below size: no span is empty
 
 
 def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
@@ -361,13 +380,15 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
 _last_code_points: tuple[str, Any] | None = None  # (text, its code points): the last text asked for
 
 
-def code_points(text: str):
+def code_points(text: str, keep: bool = True):
     """numpy uint32 (read-only): the code points of ``text``, lone surrogates included.
 
     The last text's array is kept (by identity of ``text``, as
     ``TiktokenTokenizer.encode_text`` keeps its encoding): the segmenter and the span
     counter of one document both read it, and it is built once (a UTF-32 copy of
-    the text: ~1-4 ms per million characters).
+    the text: ~1-4 ms per million characters). ``keep=False``: for a text made up
+    on the way (:func:`sentence_bounds_each`), which is not to replace the kept
+    document's array.
     """
     global _last_code_points
     import numpy as np
@@ -376,7 +397,8 @@ def code_points(text: str):
     if last is not None and last[0] is text:
         return last[1]
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    _last_code_points = (text, codes)
+    if keep:
+        _last_code_points = (text, codes)
     return codes
 
 

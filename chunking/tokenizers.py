@@ -36,6 +36,13 @@ def count_tokens(tokenizer: Tokenizer, text: str) -> int:
     return len(tokenizer.encode(text))
 
 
+def count_bound(tokenizer: Tokenizer) -> Callable[[str], int] | None:
+    """``bound(text)``, never below ``count_tokens(tokenizer, text)`` and known without encoding
+    (the tokenizer's ``count_at_most``; ``None`` for a tokenizer that offers none): a caller
+    that only asks whether a text fits a room can skip counting it when the bound fits."""
+    return getattr(tokenizer, "count_at_most", None)
+
+
 def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
     """Token counts of ``texts``, batched where the tokenizer offers it and it pays off."""
     batch = getattr(tokenizer, "encode_batch", None)
@@ -85,6 +92,9 @@ class CharTokenizer:
     def count(self, text: str) -> int:
         return len(text)
 
+    def count_at_most(self, text: str) -> int:
+        return len(text)
+
     def span_counter(self, text: str) -> SpanCount:
         size = len(text)
         return lambda start, end: max(0, min(end, size) - start)
@@ -119,6 +129,9 @@ class EstimateTokenizer:
     def count(self, text: str) -> int:
         return math.ceil(len(text) / 4)
 
+    def count_at_most(self, text: str) -> int:
+        return self.count(text)
+
 
 class TiktokenTokenizer:
     """A tiktoken encoding loaded from local files only.
@@ -142,6 +155,11 @@ class TiktokenTokenizer:
 
     def count(self, text: str) -> int:
         return len(self._encoding.encode_ordinary(text))
+
+    def count_at_most(self, text: str) -> int:
+        """The text's UTF-8 bytes: every token stands for one byte or more (no special
+        token is ever produced), so there are no more tokens than bytes."""
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
     def span_counter(self, text: str) -> SpanCount | None:
         """Exact counts of spans of ``text`` from one encoding of it (see :class:`_TiktokenSpanCounter`).

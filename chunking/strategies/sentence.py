@@ -54,8 +54,10 @@ Where we differ from the seed's reference, on purpose:
   exact; any other tokenizer counts each span once). The accumulator sums span
   counts instead of re-tokenizing itself; only text that is not verbatim source
   (a page join, a non-contiguous overlap) is encoded again. The units of a
-  page, the chunks and the look-ahead overlaps are each counted in one
-  ``count_spans`` batch. Inside the
+  page and the chunks are each counted in one ``count_spans`` batch; a
+  look-ahead overlap is counted (in one batch, and one more for the shrinking
+  ones) only where the tokenizer's bound on its count (``count_bound``: its
+  UTF-8 bytes for tiktoken) does not already fit its room. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
 * The midpoint overlap is taken once per boundary-less run: pieces of a
@@ -92,7 +94,7 @@ import bisect
 import operator
 import re
 from functools import cached_property
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -106,11 +108,11 @@ from chunking.segmenter import (
     code_points,
     ends_with_sentence_ending,
     sentence_bounds,
-    sentence_bounds_from,
+    sentence_bounds_each,
     sentence_end_possible,
 )
 from chunking.strategies import StrategySpec
-from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_spans, count_tokens, span_counter
+from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_bound, count_spans, count_tokens, span_counter
 
 # Reference mode: the look-ahead overlap stops at a word break only this far past its target.
 REFERENCE_OVERLAP_WORD_SLACK = 20
@@ -210,7 +212,7 @@ class _Units:
     def any_figure(self, lo: int, hi: int) -> bool:
         """``any(figures[lo:hi])``, by a binary search over the figures' indexes."""
         if self._figure_indexes is None:
-            self._figure_indexes = [i for i, figure in enumerate(self.figures) if figure]
+            self._figure_indexes = list(compress(range(len(self.figures)), self.figures))
         k = bisect.bisect_left(self._figure_indexes, lo)
         return k < len(self._figure_indexes) and self._figure_indexes[k] < hi
 
@@ -659,56 +661,96 @@ class _Splitter:
         if self.config.reference_mode:
             self.add_reference_overlap(drafts, target)
             return
-        # Each pair's overlap depends on that pair alone. Per pair only what decides it is
-        # computed in Python (the prefix, its room); the prefixes are counted in one batch.
-        currents: list[_Draft] = []
-        followings: list[_Draft] = []
-        prefixes: list[str] = []
-        figures = [self.is_figure(draft) for draft in drafts] if self.any_figure else None
-        prefix_of = self.native_overlap_prefix
-        for i in range(len(drafts) - 1):
-            following = drafts[i + 1]
-            following_text = following.text
-            if len(following_text) <= target:
-                continue  # native_overlap_prefix gives "": a chunk no longer than the target is never copied
-            if figures is not None and (figures[i] or figures[i + 1]):
-                continue
-            current = drafts[i]
-            if current.home != following.home and not self.continues_across_pages(current.text, following_text):
-                continue
-            prefix = prefix_of(following_text, target)
-            if not prefix or current.text.endswith(prefix):
-                continue
-            currents.append(current)
-            followings.append(following)
-            prefixes.append(prefix)
-        prefix_counts = self.count_many_at(prefixes, [following.start for following in followings])
+        # Each pair's overlap depends on that pair alone. The pairs are taken a step at a
+        # time, all together: their prefixes (the windows segmented in one call), their
+        # joiners and rooms, then what fits (counted in batches, where the tokenizer's
+        # bound does not settle it: fitting_prefixes).
+        currents, followings = self.overlap_pairs(drafts, target)
+        prefixes = self.native_overlap_prefixes([following.text for following in followings], target)
+        kept = [k for k, prefix in enumerate(prefixes) if prefix and not currents[k].text.endswith(prefix)]
+        currents, followings, prefixes = [currents[k] for k in kept], [followings[k] for k in kept], [prefixes[k] for k in kept]
+        joiners = list(map(self.overlap_joiner, currents, followings, prefixes))
         soft_limit, cap = self.config.soft_limit, self.cap
-        shrinking: list[tuple[_Draft, _Draft, str, int, list[str]]] = []
-        for current, following, prefix, prefix_tokens in zip(currents, followings, prefixes, prefix_counts):
-            joiner = self.overlap_joiner(current, following, prefix)
-            room_chars = soft_limit - len(current.text) - len(joiner)
-            room_tokens = cap - current.tokens - (1 if joiner else 0)
-            if len(prefix) <= room_chars and prefix_tokens <= room_tokens:
+        room_chars = [soft_limit - len(current.text) - len(joiner) for current, joiner in zip(currents, joiners)]
+        room_tokens = [cap - current.tokens - (1 if joiner else 0) for current, joiner in zip(currents, joiners)]
+        fitting = self.fitting_prefixes(prefixes, [following.start for following in followings], room_chars, room_tokens)
+        for current, following, joiner, prefix in zip(currents, followings, joiners, fitting):
+            if prefix:
                 self.set_overlap(current, following, joiner, prefix)
+
+    def overlap_pairs(self, drafts: list[_Draft], target: int) -> tuple[list[_Draft], list[_Draft]]:
+        """The pairs ``(drafts[i], drafts[i + 1])`` that may take an overlap: the next chunk is longer
+        than ``target`` (``native_overlap_prefix`` gives nothing otherwise), neither holds a figure,
+        and one on another page continues across the break."""
+        size = len(drafts)
+        followers = [i for i in range(1, size) if len(drafts[i].text) > target]
+        if self.any_figure:
+            figures = [draft.figure for draft in drafts]  # is_figure, self.any_figure being true
+            followers = [i for i in followers if not (figures[i - 1] or figures[i])]
+        currents = [drafts[i - 1] for i in followers]
+        followings = [drafts[i] for i in followers]
+        crossing = [k for k, (current, following) in enumerate(zip(currents, followings)) if current.home != following.home]
+        if crossing:
+            stays = [True] * len(followers)
+            for k in crossing:
+                stays[k] = self.continues_across_pages(currents[k].text, followings[k].text)
+            currents = [d for d, keep in zip(currents, stays) if keep]
+            followings = [d for d, keep in zip(followings, stays) if keep]
+        return currents, followings
+
+    def fitting_prefixes(self, prefixes: list[str], starts: list[int], room_chars: list[int], room_tokens: list[int]) -> list[str]:
+        """For each prefix (of a text at ``starts[k]`` in the source, or not verbatim), the first of
+        it and its shorter ones (each trimmed back a word from the one before: ``partial_word_trims``)
+        within ``room_chars[k]`` characters and then ``room_tokens[k]`` tokens; ``""`` when none is.
+
+        Counted in two batches, as if each were tried in turn: first each prefix's longest
+        candidate within its characters (the prefix itself, mostly; a longer one cannot
+        fit), unless the tokenizer's bound on its count (``count_bound``) already fits
+        the room (most prefixes: a chunk seldom comes near the cap); then, where that
+        one is over its tokens, every shorter one.
+        """
+        firsts = []
+        for prefix, chars, tokens in zip(prefixes, room_chars, room_tokens):
+            if len(prefix) <= chars or chars < 1 or tokens < 0:
+                # (None fits without room: each candidate has a character, and no count is negative.)
+                firsts.append(prefix if len(prefix) <= chars and tokens >= 0 else "")
+            else:
+                firsts.append(next((prefix[:n] for n in self.partial_word_trims(prefix) if n <= chars), ""))
+        bound = count_bound(self.tokenizer)
+
+        def surely_within(text: str, tokens: int) -> bool:  # no need to count it
+            return bound is not None and bound(text) <= tokens
+
+        fitting = [""] * len(prefixes)
+        counted = []
+        for k, first in enumerate(firsts):
+            if first:
+                if surely_within(first, room_tokens[k]):
+                    fitting[k] = first
+                else:
+                    counted.append(k)
+        counts = self.count_many_at([firsts[k] for k in counted], [starts[k] for k in counted])
+        shrinking: list[int] = []
+        shorter: list[list[str]] = []
+        for k, tokens in zip(counted, counts):
+            if tokens <= room_tokens[k]:
+                fitting[k] = firsts[k]
                 continue
-            # Shrink: each shorter prefix is the one before trimmed back a word; the first
-            # that fits the characters and then the tokens wins.
-            shorter = []
-            while prefix := self.trim_partial_word(prefix):
-                if len(prefix) <= room_chars:
-                    shorter.append(prefix)
-            if shorter:
-                shrinking.append((current, following, joiner, room_tokens, shorter))
-        # The shorter prefixes of every shrinking pair, counted in one batch (about 10 per pair;
-        # each was counted alone before, once the longer one had not fitted).
-        texts = [p for *_, shorter in shrinking for p in shorter]
-        starts = [following.start for _, following, *_, shorter in shrinking for _ in shorter]
-        counts = iter(self.count_many_at(texts, starts))
-        for current, following, joiner, room_tokens, shorter in shrinking:
-            fitting = [p for p, n in zip(shorter, [next(counts) for _ in shorter]) if n <= room_tokens]
-            if fitting:
-                self.set_overlap(current, following, joiner, fitting[0])
+            candidates = [firsts[k][:n] for n in self.partial_word_trims(firsts[k])]
+            # The first whose bound fits is taken unless a longer one fits: only those are counted.
+            sure = next((i for i, p in enumerate(candidates) if surely_within(p, room_tokens[k])), len(candidates))
+            if sure < len(candidates):
+                fitting[k] = candidates[sure]
+            if sure:
+                shrinking.append(k)
+                shorter.append(candidates[:sure])
+        texts = [p for candidates in shorter for p in candidates]
+        counts = iter(self.count_many_at(texts, [starts[k] for k, candidates in zip(shrinking, shorter) for _ in candidates]))
+        for k, candidates in zip(shrinking, shorter):
+            fits = [p for p, n in zip(candidates, [next(counts) for _ in candidates]) if n <= room_tokens[k]]
+            if fits:
+                fitting[k] = fits[0]
+        return fitting
 
     def add_reference_overlap(self, drafts: list[_Draft], target: int) -> None:
         """The reference's look-ahead overlap of each pair of ``drafts`` (reference mode)."""
@@ -763,52 +805,79 @@ class _Splitter:
         return prefix
 
     def native_overlap_prefix(self, text: str, target: int) -> str:
-        """About ``target`` chars from the start of ``text``, ended on a natural break.
+        """About ``target`` chars from the start of ``text``, ended on a natural break
+        (``native_overlap_prefixes`` of one text)."""
+        return self.native_overlap_prefixes([text], target)[0]
+
+    def native_overlap_prefixes(self, texts: list[str], target: int) -> list[str]:
+        """For each text, about ``target`` chars from its start, ended on a natural break
+        (``""`` for a text no longer than ``target``).
 
         Extends up to half the target further to end on a sentence boundary (of
         the shared segmenter: not "i.e."), else on a word break; else trims back
-        the partial trailing word.
+        the partial trailing word. The windows that may hold such a sentence end are
+        segmented in one call (``sentence_bounds_each``).
         """
-        if len(text) <= target:
-            return ""
-        reach = min(len(text), target + max(target // 2, 1))
+        reach_past = max(target // 2, 1)
+        prefixes: list[str | None] = [None] * len(texts)
         # A qualifying sentence end is rstripped and passes ends_with_sentence_ending:
         # most windows (over half in prose) can be ruled out by a character search.
-        if sentence_end_possible(text, target, reach):
-            window = text[: reach + 1]
-            # Only the sentence ends from about the target on are needed: the window is
-            # segmented from there. The first span may then start later than the sentence
-            # holding it, at a character that is neither whitespace, a closer nor an
-            # ending (sentence_bounds_from): its rstripped end and whether that ends a
-            # sentence are the same as for the whole sentence.
-            bounds = sentence_bounds_from(window, target)
+        segmented = [
+            k for k, text in enumerate(texts)
+            if len(text) > target and sentence_end_possible(text, target, min(len(text), target + reach_past))
+        ]
+        windows = [texts[k][: target + reach_past + 1] for k in segmented]
+        for k, window, bounds in zip(segmented, windows, sentence_bounds_each(windows)):
+            text = texts[k]
+            reach = min(len(text), target + reach_past)
             for start, end in zip(bounds, bounds[1:]):
                 if end == len(window) < len(text):
                     break  # cut by the window, not by the segmenter
                 sentence_end = start + len(text[start:end].rstrip())
                 if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
-                    return text[:sentence_end]
-        first_break = self.break_char_pattern.search(text, target, reach)
-        if first_break is not None:
-            return text[: first_break.start()].rstrip()
-        return self.trim_partial_word(text[:target])
+                    prefixes[k] = text[:sentence_end]
+                    break
+        find_break, trim = self.break_char_pattern.search, self.trim_partial_word
+        for k, text in enumerate(texts):
+            if prefixes[k] is not None:
+                continue
+            if len(text) <= target:
+                prefixes[k] = ""
+                continue
+            first_break = find_break(text, target, min(len(text), target + reach_past))
+            prefixes[k] = text[: first_break.start()].rstrip() if first_break is not None else trim(text[:target])
+        return prefixes
 
     def trim_partial_word(self, text: str) -> str:
         """``text`` up to its last word break (excluded), right-trimmed; ``""`` without one."""
-        through_last_break = self.through_last_break_pattern.match(text)
-        if through_last_break is None:
-            return ""
-        return text[: through_last_break.end() - 1].rstrip()
+        lengths = self.partial_word_trims(text)
+        return text[: lengths[0]] if lengths else ""
+
+    def partial_word_trims(self, text: str) -> list[int]:
+        """The lengths of ``text`` trimmed back a word (up to its last word break, excluded,
+        right-trimmed), of that trimmed back a word, and so on while not empty.
+
+        From one regex scan: a trim of ``text[:n]`` is ``rstripped(b)``, the end of the
+        last non-whitespace character before ``b``, the last break below ``n``; those
+        lengths are the ends of ``word_end_pattern``'s matches (a non-whitespace
+        character, then whitespace up to a break). The trims are all of them,
+        longest first: the first is the largest (``rstripped`` grows with ``b``), and
+        none is skipped between two trims ``m < n``: ``text[n - 1]`` is not
+        whitespace, so a break at or past ``n`` gives ``n`` or more, one before the
+        last break below ``n`` at most ``m``, and none lies between.
+        """
+        return [found.end() for found in self.word_end_pattern.finditer(text)][::-1]
+
+    @cached_property
+    def word_end_pattern(self) -> re.Pattern[str]:
+        # A non-whitespace character followed by whitespace (none or more) then a break.
+        return re.compile("\\S(?=\\s*?" + self.break_char_pattern.pattern + ")")
 
     @cached_property
     def break_char_pattern(self) -> re.Pattern[str]:
         # One character of ``self.breaks`` (as ``c in self.breaks`` tests a character).
         chars = sorted(c for c in self.breaks if len(c) == 1)
         return re.compile("[" + "".join(re.escape(c) for c in chars) + "]" if chars else "(?!)")
-
-    @cached_property
-    def through_last_break_pattern(self) -> re.Pattern[str]:
-        return re.compile("(?s).*" + self.break_char_pattern.pattern)
 
     def set_overlap(self, current: _Draft, following: _Draft, joiner: str, prefix: str) -> None:
         """Append ``prefix`` of ``following``'s text to ``current`` as its look-ahead overlap, after ``joiner``."""

@@ -166,27 +166,29 @@ def test_offset_shifts_every_span_on_both_paths():
     assert sentence_bounds("") == []
 
 
-def test_sentence_bounds_from_gives_the_cuts_after_its_start_and_no_other():
-    # Every position of random text with endings, closers, openers, whitespace runs,
-    # abbreviations and CJK: the cuts from ``lo`` on are those of the whole text.
+def test_sentence_bounds_each_gives_each_texts_own_bounds():
+    # Texts segmented together: every candidate about a text's ends (an abbreviation, an
+    # initial or a sentence starter cut mid-word at the end, whitespace, closers or a
+    # blank line reaching it, a CJK ending without whitespace, a run at the very start)
+    # is decided as in the text alone. Few texts (the per-candidate path) and many (numpy).
     import random
 
-    from chunking.segmenter import sentence_bounds, sentence_bounds_from
+    from chunking.segmenter import code_points, sentence_bounds_each
 
-    rng = random.Random(11)
+    rng = random.Random(12)
     pieces = ["word", "Dr", "e.g", "0.95", ".", ". ", "! ", "?", "...", "…", "。", "。」", ".)", ")", "\"", "“", "」",
-              "” ", " ", "\n", "\n\n", "\n \n", ",", "中文", "Über", "the", "U.S", "x"]
-    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))) for _ in range(400)]
-    checked = 0
-    for text in texts:
-        whole = sentence_bounds(text)
-        for at in range(len(text) + 1):
-            bounds = sentence_bounds_from(text, at)
-            lo = bounds[0]
-            assert lo <= at and bounds[-1] == len(text)
-            assert bounds[1:-1] == [b for b in whole[1:-1] if b > lo]
-            checked += lo > 0
-    assert checked > 1000  # most starts are not moved back to 0
+              "” ", " ", "\n", "\n\n", "\n \n", ",", "中文", "Über", "the", "The", "There", "U.S", "Inc", "etc", "no",
+              "5", "J", "x", "(", "\t", "\u3000"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    texts += ["", ". Then", "etc. Th", "etc. The", "J. ", "Hi.\n\n", "\n\nHi", "中文。", "中文。」", "Dr.", "“", "a" * 45 + ". B"]
+    texts.append("Plain sentence one. " * 300)  # longer than the numpy path's threshold on its own
+    expected = [sentence_bounds(text) for text in texts]
+    document = "kept"
+    kept = code_points(document)
+    for size in (3, 40, len(texts)):
+        assert sentence_bounds_each(texts[:size]) == expected[:size]
+    assert sentence_bounds_each([]) == []
+    assert code_points(document) is kept, "the joined text does not replace the document's code points"
 
 
 def test_code_points_are_kept_for_the_last_text_only():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chunking.model import Page, ParsedDocument
-from chunking.segmenter import sentence_bounds
+from chunking.segmenter import ends_with_sentence_ending, sentence_bounds
 from chunking.strategies.sentence import SPEC, SentenceConfig, chunk_sentence, looks_like_heading, split_oversized
 from chunking.tokenizers import CharTokenizer, TiktokenTokenizer
 
@@ -273,22 +273,36 @@ def test_long_texts_are_segmented_exactly_as_by_the_regex_scan(monkeypatch):
 
 
 # The look-ahead overlap skips segmenting a window of the next chunk when
-# ``sentence_end_possible`` rules out a sentence end in [target, reach]: the prefix
-# must be what segmenting the window would have given.
+# ``sentence_end_possible`` rules out a sentence end in [target, reach], and segments the
+# others together (``sentence_bounds_each``): the prefix must be what segmenting each
+# window alone would have given.
 _OVERLAP_PIECES = ["word", "Dr", "e.g", "0.95", ".", ". ", "! ", "?", "...", "…", "。", ")", "\"", "」", "” ", " ", "\n", "\n\n", ",", "中文"]
 
 
-def _overlap_prefixes(texts: list[str], target: int) -> list[str]:
-    from chunking.strategies.sentence import _Splitter
+def _straightforward_overlap_prefix(text: str, target: int, breaks: frozenset[str]) -> str:
+    """``native_overlap_prefix`` as first written: the window segmented alone and whole, characters tested one by one."""
+    if len(text) <= target:
+        return ""
+    reach = min(len(text), target + max(target // 2, 1))
+    window = text[: reach + 1]
+    bounds = sentence_bounds(window)
+    for start, end in zip(bounds, bounds[1:]):
+        if end == len(window) < len(text):
+            break
+        sentence_end = start + len(text[start:end].rstrip())
+        if target <= sentence_end <= reach and ends_with_sentence_ending(text[start:sentence_end]):
+            return text[:sentence_end]
+    for i in range(target, reach):
+        if text[i] in breaks:
+            return text[:i].rstrip()
+    last_break = max((i for i in range(target) if text[i] in breaks), default=None)
+    return "" if last_break is None else text[:last_break].rstrip()
 
-    splitter = _Splitter("", SentenceConfig(), TiktokenTokenizer())
-    return [splitter.native_overlap_prefix(text, target) for text in texts]
 
-
-def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatch):
+def test_overlap_prefixes_are_those_of_each_window_segmented_alone():
     import random
 
-    import chunking.strategies.sentence as sentence_module
+    from chunking.strategies.sentence import _Splitter
 
     rng = random.Random(7)
     texts = ["".join(rng.choice(_OVERLAP_PIECES) for _ in range(rng.randint(5, 80))).strip() for _ in range(3000)]
@@ -299,18 +313,112 @@ def test_overlap_prefix_is_the_same_without_the_sentence_end_shortcut(monkeypatc
     # cut with no whitespace after it ("。.", ".。」x"), which the test must not rule out.
     mixed_pieces = ascii_pieces + ["é", "“", "¶ ", "。", ".。", "。.", "…", "」", "。」", "？", "x"]
     texts += ["".join(rng.choice(mixed_pieces) for _ in range(rng.randint(5, 80))).strip() for _ in range(3000)]
+    # Abbreviations, initials and sentence starters about the window's end (cut mid-word there).
+    words = ["etc.", "Inc.", "U.S.", "no.", "No.", "J.", "approx.", "The", "the", "There", "5", "Then", "Dr.", "i.e.", "x"]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(3, 40))) for _ in range(3000)]
     corpus = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "html" / "library_stdtypes.html"
     doc = ParsedDocument.from_text(re.sub(r"<[^>]+>", " ", corpus.read_text(encoding="utf-8")))
     texts += [c.text for c in chunk_sentence(doc, SentenceConfig(semantic_overlap_percent=0), TiktokenTokenizer())]
+    splitter = _Splitter("", SentenceConfig(), TiktokenTokenizer())
     for target in (10, 40, 100):
-        shortcut = _overlap_prefixes(texts, target)
-        monkeypatch.setattr(sentence_module, "sentence_end_possible", lambda text, lo, hi: True)
-        # Every window segmented whole, from its start (not from about the target).
-        monkeypatch.setattr(sentence_module, "sentence_bounds_from", lambda text, at: sentence_bounds(text))
-        segmented = _overlap_prefixes(texts, target)
-        monkeypatch.undo()
-        assert shortcut == segmented
-    assert sum(p != "" for p in shortcut) > 1000  # the texts do reach past the target
+        expected = [_straightforward_overlap_prefix(text, target, splitter.breaks) for text in texts]
+        assert splitter.native_overlap_prefixes(texts, target) == expected  # the windows segmented together
+        assert [splitter.native_overlap_prefix(text, target) for text in texts[::7]] == expected[::7]  # one by one
+    assert sum(p != "" for p in expected) > 1000  # the texts do reach past the target
+
+
+# The shrinking look-ahead overlap: its shorter prefixes come from one scan of the breaks
+# (``partial_word_trims``) and are counted in batches (``fitting_prefixes``); each must be
+# what trimming back a word at a time and trying each prefix in turn would give.
+_TRIM_PIECES = ["word", "中文", "x", " ", "  ", "\t", "\n", "\r", "\u00a0", "\u3000", ",", ";", "(", ")", "、", "「", "—",
+                ".", "Dr.", "0.95", "é"]
+
+
+def _straightforward_trim(text: str, breaks: frozenset[str]) -> str:
+    match = re.match("(?s).*[" + "".join(re.escape(c) for c in sorted(breaks)) + "]", text)
+    return "" if match is None else text[: match.end() - 1].rstrip()
+
+
+def _straightforward_trims(text: str, breaks: frozenset[str]) -> list[str]:
+    trims = []
+    while text := _straightforward_trim(text, breaks):
+        trims.append(text)
+    return trims
+
+
+def test_partial_word_trims_are_the_prefix_trimmed_back_a_word_at_a_time():
+    import random
+
+    from chunking.strategies.sentence import _Splitter
+
+    rng = random.Random(5)
+    splitter = _Splitter("", SentenceConfig(), TiktokenTokenizer())
+    texts = ["".join(rng.choice(_TRIM_PIECES) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    texts += ["", " ", "word", " word", "word ", "a b", "\u3000x", "x\u3000 y"]
+    for text in texts:
+        trims = _straightforward_trims(text, splitter.breaks)
+        assert [text[:n] for n in splitter.partial_word_trims(text)] == trims
+        assert splitter.trim_partial_word(text) == (trims[0] if trims else "")
+
+
+class _TokenizerWithoutBound:
+    """A tiktoken tokenizer that offers no bound (``count_at_most``): every candidate is counted."""
+
+    def __init__(self) -> None:
+        self.inner = TiktokenTokenizer()
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.inner.decode(tokens)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_fitting_prefixes_are_the_first_that_fit_tried_in_turn(bounded):
+    import random
+
+    from chunking.strategies.sentence import _Splitter
+
+    rng = random.Random(6)
+    source = "".join(rng.choice(_TRIM_PIECES + ["The", "tokens", "überall", "。"]) for _ in range(6000))
+    tokenizer = TiktokenTokenizer() if bounded else _TokenizerWithoutBound()
+    splitter = _Splitter(source, SentenceConfig(), tokenizer)
+    prefixes, starts, room_chars, room_tokens = [], [], [], []
+    for _ in range(1500):
+        start = rng.randrange(len(source) - 200)
+        prefix = source[start : start + rng.randint(1, 150)].strip()
+        if not prefix:
+            continue
+        if rng.random() < 0.2:
+            prefix = prefix[:-1] + "Z" if len(prefix) > 1 else "Z"  # not verbatim at its start: counted alone
+        tokens = len(tokenizer.encode(prefix))
+        prefixes.append(prefix)
+        starts.append(start + len(source[start:]) - len(source[start:].lstrip()))
+        # Rooms about the prefix's own size (exactly at it, just under), far under, none, negative.
+        room_chars.append(rng.choice([len(prefix)] * 4 + [len(prefix) - 1, rng.randint(-5, len(prefix) + 5), 0, -3]))
+        room_tokens.append(rng.choice([tokens] * 4 + [tokens - 1, rng.randint(-2, tokens + 2), 0, -1]))
+    expected = []
+    for prefix, chars, tokens in zip(prefixes, room_chars, room_tokens):
+        candidates = [prefix, *_straightforward_trims(prefix, splitter.breaks)]
+        expected.append(next((c for c in candidates if len(c) <= chars and len(tokenizer.encode(c)) <= tokens), ""))
+    assert splitter.fitting_prefixes(prefixes, starts, room_chars, room_tokens) == expected
+    assert sum(e != "" and e != p for e, p in zip(expected, prefixes)) > 100  # shrunk ones
+    assert sum(e == p for e, p in zip(expected, prefixes)) > 100  # whole ones
+
+
+def test_count_bound_is_never_below_the_count():
+    import random
+
+    from chunking.tokenizers import CharTokenizer, EstimateTokenizer, count_bound, count_tokens
+
+    rng = random.Random(8)
+    pieces = _TRIM_PIECES + ["<|endoftext|>", "😀", "ü", "中文。", "  ", "1234567", "aaaaaaaaaaaa", "\u200b"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    for tokenizer in (TiktokenTokenizer(), CharTokenizer(), EstimateTokenizer()):
+        bound = count_bound(tokenizer)
+        assert all(bound(t) >= count_tokens(tokenizer, t) for t in texts)
+    assert count_bound(_TokenizerWithoutBound()) is None
 
 
 def test_draft_that_counts_over_the_cap_once_joined_is_packed_again_not_cut_per_sentence(tiktoken_tokenizer):
