@@ -958,7 +958,9 @@ class _Splitter:
         chunks: list[Chunk] = []
         lo = 0
         while lo < len(units):
-            end, fits = len(units), self.measured_run(units, lo, len(units), draft.home)
+            # The whole draft was measured over the cap by to_chunks (that is why it is here);
+            # a remainder may fit as it is.
+            end, fits = len(units), (self.measured_run(units, lo, len(units), draft.home) if lo else None)
             if fits is None:
                 end, fits = self.fitting_run(units, lo, draft.home)
             if fits is None:  # units[lo] alone is over the cap
