@@ -1,9 +1,10 @@
 """deploy/ with its daemon, webserver and two celery workers: backfill, sensor, automation, schedule.
 
 One purposeful, slow test. deploy/local_cluster.py starts PostgreSQL (Dagster's instance on
-deploy/dagster.yaml, the DuckLake catalog, the celery broker), two celery workers,
+deploy/dagster.yaml, the DuckLake catalog, the celery broker), an S3-compatible server for the
+lake's data files (moto, ``--s3``), two celery workers,
 ``dagster-webserver`` and ``dagster-daemon`` on deploy/workspace.yaml, as deploy/README.md
-tells a user (``local_cluster.py --workers 2 --daemon --webserver PORT``). Through the
+tells a user (``local_cluster.py --workers 2 --daemon --webserver PORT --s3``). Through the
 webserver's GraphQL (the calls the UI makes) the test stops the documents sensor and the
 schedule, adds the six documents' partitions and launches a partition backfill of every
 document asset; the daemon does the rest. Range size 2 (CHUNKYARD_DOCUMENTS_PER_RUN) and a
@@ -267,8 +268,10 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         "CHUNKYARD_SCHEDULE_CRON": SCHEDULE_CRON,
     }
     # CHUNKYARD_EXECUTOR=celery (LocalCluster's with workers): every step of every run goes to a worker.
+    # The lake's data files in object storage (moto's S3-compatible server, local_cluster.py --s3),
+    # as a cluster of several machines would keep them; the catalog stays in PostgreSQL.
     cluster = LocalCluster(cluster_root, workers=WORKERS, max_concurrent_runs=MAX_CONCURRENT_RUNS,
-                           webserver_port=_free_port(), extra_env=run_env)
+                           webserver_port=_free_port(), extra_env=run_env, s3=True)
     sessions: list[int] = []
     # Seconds from the start at each stage, printed at the end (pytest -s shows them): where the time goes.
     started = time.monotonic()
@@ -284,6 +287,8 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         assert cluster.max_connections() >= MAX_CONNECTIONS
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
+        assert cluster.env["CHUNKYARD_STORE_DATA_PATH"] == "s3://chunkyard/chunkyard"
+        s3_pid = cluster.s3_server.proc.pid
         sessions.append(cluster.service_procs["webserver"].pid)
         sessions += [proc.pid for proc in cluster.worker_procs]
 
@@ -387,6 +392,7 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
             scheduled_materialized = [_materialized_partitions(instance, run.run_id) for run in scheduled_runs]
             step_workers, steps_succeeded = celery_steps(instance, all_runs)
             lake_after_schedule = read_lake(cluster.env, tmp_path)
+            bucket_files = [key for key in cluster.s3_server.keys("chunkyard/") if key.endswith(".parquet")]
             # Why a run failed, while its events and the workers' logs still exist.
             failures = {run.run_id: _failure_report(instance, run, cluster.root)
                         for run in all_runs if run.status != DagsterRunStatus.SUCCESS}
@@ -414,6 +420,9 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         "every asset of every document materialized exactly once by the backfill")
     assert max_overlap(backfill_intervals) >= 2, f"no two range runs overlapped: {backfill_intervals}"
     assert_every_document_once(lake_after_backfill, set(documents))
+    # The daemon's runs wrote the lake's chunks and vectors as Parquet files in the bucket.
+    assert any(key.startswith("chunkyard/main/chunks/") for key in bucket_files), bucket_files
+    assert any(key.startswith("chunkyard/main/embedding_vectors/") for key in bucket_files), bucket_files
 
     # -- the queue's limit, over every run the daemon launched ----------------------------------
     assert not failures, "\n\n".join(failures.values())
@@ -482,4 +491,4 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
                for s in stale_strategies)
 
     # -- nothing started by the cluster is left running ----------------------------------------
-    assert not still_running([postgres_pid] + [pid for session in sessions for pid in _session_members(session)])
+    assert not still_running([postgres_pid, s3_pid] + [pid for session in sessions for pid in _session_members(session)])
