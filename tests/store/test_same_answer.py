@@ -68,9 +68,11 @@ def table_rows(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[str], l
     return columns, rows
 
 
-def assert_same_rows(table: str, columns: list[str], embedded: list[tuple], lake: list[tuple]) -> None:
+def assert_same_rows(table: str, columns: list[str], embedded: list[tuple], lake: list[tuple]) -> float:
+    """Every row equal, vectors within 1e-5; returns the largest vector difference seen (0.0 without vectors)."""
     assert len(embedded) == len(lake), f"{table}: {len(embedded)} rows embedded, {len(lake)} in the lake"
     vector_column = columns.index("embedding") if "embedding" in columns else None
+    largest = 0.0
     for file_row, lake_row in zip(embedded, lake):
         if vector_column is None:
             assert file_row == lake_row, table
@@ -78,6 +80,9 @@ def assert_same_rows(table: str, columns: list[str], embedded: list[tuple], lake
         plain = [i for i in range(len(columns)) if i != vector_column]
         assert [file_row[i] for i in plain] == [lake_row[i] for i in plain], table
         np.testing.assert_allclose(file_row[vector_column], lake_row[vector_column], atol=1e-5, rtol=0)
+        difference = np.abs(np.asarray(file_row[vector_column]) - np.asarray(lake_row[vector_column]))
+        largest = max(largest, float(difference.max(initial=0.0)))
+    return largest
 
 
 class EmbeddedIngest:
@@ -135,16 +140,16 @@ def test_embedded_and_two_concurrent_lake_runs_store_the_same_rows(data_at, embe
         assert any(f"{prefix}/main/chunks/" in key for key in files), files
         assert any(f"{prefix}/main/embedding_vectors/" in key for key in files), files
 
-    compared = {}
+    compared, largest_difference = {}, 0.0
     with duckdb.connect(str(embedded_ingest.db()), read_only=True) as file_con, \
             ChunkStore(tmp_path / "unused", lake=lake).snapshot() as lake_con:
         for table in CONTENT_TABLES:
             columns, embedded = table_rows(file_con, table)
             lake_columns, in_lake = table_rows(lake_con, table)
             assert columns == lake_columns, table
-            assert_same_rows(table, columns, embedded, in_lake)
+            largest_difference = max(largest_difference, assert_same_rows(table, columns, embedded, in_lake))
             compared[table] = len(embedded)
         strategies = {s for (s,) in file_con.execute("SELECT DISTINCT strategy FROM chunks").fetchall()}
-    print(f"rows compared per table ({data_at}):", compared)
+    print(f"rows compared per table ({data_at}):", compared, "largest vector difference:", largest_difference)
     assert compared["documents"] == len(docs) and compared["chunks"] > 0 and compared["embedding_vectors"] > 0
     assert compared["chunk_embeddings"] == compared["chunks"] and len(strategies) == 7
