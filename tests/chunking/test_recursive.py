@@ -390,3 +390,20 @@ def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds)
     cuts = splitter.cuts_at(start, end, separator)
     assert cuts == _cuts_by_str_split(text, start, end, separator)
     assert all(a < b for a, b in zip(cuts, cuts[1:])) or start == end
+
+
+@pytest.mark.parametrize(
+    ("text", "cap"),
+    [
+        # One piece " naïve" is 2 tokens with its leading space (" naï" + "ve") and 3 without
+        # it ("na" + "ï" + "ve"): the chunk is the stripped text, so that count is the one the
+        # cap binds.
+        (" naïve", 2),
+        # The same in a separator-less run cut by token windows: " 👩‍💻😀" is 8 tokens, stripped 9.
+        ("ñI 👩\u200d💻😀\u200d", 8),
+    ],
+)
+def test_cap_binds_the_stripped_chunk_even_when_stripping_adds_tokens(cl100k, text, cap):
+    for overlap in (0, cap // 3):
+        spans = split_recursive(text, cl100k, cap, overlap)
+        assert_invariants(text, spans, cl100k, cap)
