@@ -542,8 +542,10 @@ def fit_groups_to_cap(groups: list[Group], sizes: UnitSizes, cap: int) -> list[G
         target = total / -(-total // cap)
         start, size, done, pieces = first, 0, 0, 0
         for u in range(first, last + 1):
-            t = int(sizes.tokens[u]) if size else sizes.size(u, u, prefix)
-            if size and (size + t > cap or t > cap or done + size + t / 2 > target * (pieces + 1)):
+            # Whether units are accumulated is u > start, not size > 0: a unit can add 0 tokens
+            # (" 。" counts as its leading space alone), and one taken for nothing was dropped.
+            t = int(sizes.tokens[u]) if u > start else sizes.size(u, u, prefix)
+            if u > start and (size + t > cap or t > cap or done + size + t / 2 > target * (pieces + 1)):
                 out.append((start, u - 1))
                 done, pieces = done + size, pieces + 1
                 start, size = u, 0
