@@ -996,7 +996,8 @@ class _Splitter:
         return (run, tokens) if tokens <= self.cap else None
 
     def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[Chunk]:
-        """The chunks of one unit over the cap: the pieces of its recursive split, each counted."""
+        """The chunks of one unit over the cap once trimmed: the pieces of its recursive split, each
+        counted, and a piece over the cap once trimmed split again from its own text."""
         pieces = []
         for start, end, _ in self.unit_pieces(unit):
             piece = _Draft([unit._replace(start=start, end=end)], home)
@@ -1004,7 +1005,15 @@ class _Splitter:
                 pieces.append(piece)
         # Every piece's text is verbatim source: counted in one batch from the document's encoding.
         counts = self.count_many_at([p.text for p in pieces], [p.start for p in pieces])
-        return [self.make_chunk(doc, piece, piece.text, n, False) for piece, n in zip(pieces, counts)]
+        chunks = []
+        for piece, n in zip(pieces, counts):
+            if n > self.cap and (piece.start, piece.end) != (unit.start, unit.end):
+                # The piece was measured with whitespace its chunk drops, and its text can take
+                # more tokens without it (" naïve" is 2, "naïve" 3): its own text is split.
+                chunks.extend(self.unit_chunks(doc, unit._replace(start=piece.start, end=piece.end, tokens=n), home))
+            else:
+                chunks.append(self.make_chunk(doc, piece, piece.text, n, False))
+        return chunks
 
     def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
         """``split_oversized(unit.start, unit.end)``, without counting again a unit known to fit.
