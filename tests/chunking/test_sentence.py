@@ -465,3 +465,21 @@ def test_cap_binds_the_stripped_chunk_when_stripping_adds_tokens(tiktoken_tokeni
     assert all(c.verbatim and text[c.char_start : c.char_end] == c.text for c in chunks)
     covered = set().union(*(range(c.char_start, c.char_end) for c in chunks))
     assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
+
+
+def test_a_page_opening_with_a_blank_line_adds_no_page_to_the_chunk_before_it(tiktoken_tokenizer):
+    # The blank line was a whitespace-only unit of page 1; carried forward with the unfinished
+    # sentence of page 0 and packed with it, it made that chunk span pages 0-1 although its
+    # text and its char span lie on page 0 (found by fuzzing).
+    first = "the first page runs on and on without an end"
+    doc = paged(first, "\n\nand the second page goes on. More text here.")
+    config = SentenceConfig(max_tokens_per_section=12, semantic_overlap_percent=0)
+    chunks = chunk_sentence(doc, config, tiktoken_tokenizer)
+    assert [(c.text, c.char_start, c.char_end, c.page_start, c.page_end) for c in chunks] == [
+        (first, 0, len(first), 0, 0),
+        ("and the second page goes on.", 46, 74, 1, 1),
+        ("More text here.", 75, 90, 1, 1),
+    ]
+    offsets = [p.char_offset for p in doc.pages]
+    for c in chunks:
+        assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
