@@ -142,6 +142,9 @@ def chunk_sentence_window(
     count = _estimate_counter if config.estimate else span_counter(tokenizer, doc.text)
     spans = window_spans(doc.text, config, tokenizer, count if config.unit == "tokens" else None)
     cap = config.token_cap
+    # max_size in characters (no token cap then): the pieces of a split sentence are sized
+    # without the whitespace between them, which a window joining them holds.
+    char_cap = config.max_size if config.unit == "chars" and not config.allow_oversize_sentences else None
     chunks: list[Chunk] = []
     counts = count_spans(count, [start for start, _ in spans], [end for _, end in spans])
     for (start, end), n in zip(spans, counts):
@@ -151,6 +154,11 @@ def chunk_sentence_window(
             for piece in split_recursive(doc.text[start:end], tokenizer, cap, 0, CJK_SEPARATORS):
                 chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,
                                         "token_count": piece.tokens}))
+            continue
+        if char_cap is not None and end - start > char_cap:
+            for piece in split_recursive(doc.text[start:end], CharTokenizer(), char_cap, 0, CJK_SEPARATORS):
+                chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,
+                                        "token_count": count(start + piece.start, start + piece.end)}))
             continue
         chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n}))
     return attach_provenance(doc, chunks)

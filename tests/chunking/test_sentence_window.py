@@ -145,3 +145,15 @@ def test_presets_and_overrides():
 def test_config_round_trips_through_its_dump():
     for config in (SentenceWindowConfig(), SentenceWindowConfig(preset="adr"), SentenceWindowConfig(preset="adr", overlap=100)):
         assert SentenceWindowConfig.model_validate(config.model_dump()) == config
+
+
+def test_max_size_in_chars_binds_the_chunk_when_a_split_sentence_is_regrouped(tokenizer):
+    # The sentence is over max_size, so it is split into stripped pieces ("The", "quick", ...)
+    # whose sizes leave out the spaces between them: grouped by those sizes, "The" + "quick"
+    # made 8 characters, but the chunk "The quick" has 9 (found by fuzzing).
+    text = "The quick brown fox jumps over the lazy dog again and again."
+    chunks = chunk(text, tokenizer, unit="chars", chunk_size=8, overlap=0, min_size=0)
+    assert SentenceWindowConfig(unit="chars", chunk_size=8).max_size == 8
+    assert all(len(c.text) <= 8 for c in chunks)
+    assert all(c.token_count == len(tokenizer.encode(c.text)) for c in chunks)
+    assert_verbatim(text, chunks)
