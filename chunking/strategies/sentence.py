@@ -25,7 +25,7 @@ Invariants a caller relies on:
   suffix copied from the next chunk (strip it to highlight the chunk's own text).
 * ``metadata["page_num"]`` is the page that owns the chunk (the Azure ``page_num``):
   the page it was accumulated on, the earlier page after a merge, the later page
-  after a carry-forward. ``page_start``/``page_end`` are the pages it spans.
+  after a carry-forward. ``page_start``/``page_end`` are the pages its char span lies on.
 
 Where we differ from the seed's reference, on purpose:
 
@@ -275,11 +275,6 @@ class _Draft:
         if self._units is None:
             return self.store.tokens_of(self.lo, self.hi)
         return sum(u.tokens for u in self._units)
-
-    def pages(self) -> set[int]:
-        if self._units is None:
-            return set(self.store.pages[self.lo : self.hi])
-        return {u.page for u in self._units}
 
 
 def chunk_sentence(
@@ -1068,9 +1063,11 @@ class _Splitter:
         if len(pages) == 1:  # every unit and offset is on that page
             page_start = page_end = pages[0].page_num
         else:
-            numbers = [pages[i].page_num for i in draft.pages()]
-            page_end = doc.page_at(end - 1, page_offsets) if overlap and end > start else max(numbers)
-            page_start, page_end = min(numbers), max(page_end, max(numbers))
+            # The pages of the span, not of the units: a unit of only whitespace (a page's leading
+            # spaces, a piece of an oversize span) packed at a chunk's end adds no text of its page.
+            if page_offsets is None:
+                page_offsets = [page.char_offset for page in pages]
+            page_start, page_end = doc.page_at(start, page_offsets), doc.page_at(max(end - 1, start), page_offsets)
         metadata: dict[str, object] = {"page_num": pages[draft.home].page_num}
         if figure:
             metadata["cap_exempt"] = "figure"

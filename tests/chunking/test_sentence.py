@@ -483,3 +483,20 @@ def test_a_page_opening_with_a_blank_line_adds_no_page_to_the_chunk_before_it(ti
     offsets = [p.char_offset for p in doc.pages]
     for c in chunks:
         assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
+
+
+def test_a_whitespace_piece_of_the_next_page_adds_no_page_to_the_chunk_it_is_packed_with(tiktoken_tokenizer):
+    # Page 1's first sentence is over the cap; its split leaves the leading spaces a piece of
+    # their own, which carrying page 0's unfinished sentence forward packed with it: the
+    # chunk claimed pages 0-1 although its text and its span lie on page 0 (found by fuzzing).
+    doc = paged("the page ends on", " " * 40 + "and then it goes on for a good while yet")
+    config = SentenceConfig(max_tokens_per_section=8, semantic_overlap_percent=0)
+    chunks = chunk_sentence(doc, config, tiktoken_tokenizer)
+    assert [(c.text, c.page_start, c.page_end) for c in chunks] == [
+        ("the page ends on", 0, 0),
+        ("and then it goes on", 1, 1),
+        ("for a good while yet", 1, 1),
+    ]
+    offsets = [p.char_offset for p in doc.pages]
+    for c in chunks:
+        assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
