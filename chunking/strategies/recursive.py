@@ -330,8 +330,9 @@ class _RecursiveSplitter:
                 # The window was measured with its leading whitespace, which the chunk drops, and
                 # the rest can take more tokens without it (" 👩" shares a token): measured again
                 # from where the chunk starts.
-                e = self.longest_fitting_end(span.start, end)
-                span = self.emit(span.start, e)
+                s = span.start  # the window's start, also for its overlap below
+                e = self.longest_fitting_end(s, end)
+                span = self.emit(s, e)
             if span is not None:
                 out.append(span)
             if e >= end:

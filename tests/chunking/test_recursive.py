@@ -401,9 +401,14 @@ def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds)
         (" naïve", 2),
         # The same in a separator-less run cut by token windows: " 👩‍💻😀" is 8 tokens, stripped 9.
         ("ñI 👩\u200d💻😀\u200d", 8),
+        # A window measured again from its stripped start ("gegjdd", 4 tokens; " gegjdd" is 3)
+        # takes its overlap from there too: from the space, the whole window fitted the
+        # overlap and the next window was the same chunk again.
+        (" , gegjddfhdfhfjcfiefcd", 4),
     ],
 )
 def test_cap_binds_the_stripped_chunk_even_when_stripping_adds_tokens(cl100k, text, cap):
-    for overlap in (0, cap // 3):
+    for overlap in (0, cap // 3, cap - 1):
         spans = split_recursive(text, cl100k, cap, overlap)
         assert_invariants(text, spans, cl100k, cap)
+        assert all(a.start < b.start and a.end < b.end for a, b in zip(spans, spans[1:])), "each chunk adds text"
