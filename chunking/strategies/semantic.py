@@ -542,14 +542,17 @@ def fit_groups_to_cap(groups: list[Group], sizes: UnitSizes, cap: int) -> list[G
         target = total / -(-total // cap)
         start, size, done, pieces = first, 0, 0, 0
         for u in range(first, last + 1):
-            # Whether units are accumulated is u > start, not size > 0: a unit can add 0 tokens
-            # (" 。" counts as its leading space alone), and one taken for nothing was dropped.
-            t = int(sizes.tokens[u]) if u > start else sizes.size(u, u, prefix)
-            if u > start and (size + t > cap or t > cap or done + size + t / 2 > target * (pieces + 1)):
+            t = int(sizes.tokens[u]) if size else sizes.size(u, u, prefix)
+            if size and (size + t > cap or t > cap or done + size + t / 2 > target * (pieces + 1)):
                 out.append((start, u - 1))
                 done, pieces = done + size, pieces + 1
                 start, size = u, 0
             if t > cap:
+                if u > start:
+                    # Units of 0 estimated tokens (" 。" counts as its leading space alone) are
+                    # all that was accumulated: a group of their own, not dropped (nor counted
+                    # as a piece of the balanced cut: it holds none of its tokens).
+                    out.append((start, u - 1))
                 out.append((u, u))
                 done, pieces = done + t, pieces + 1
                 start = u + 1
