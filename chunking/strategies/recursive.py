@@ -319,12 +319,18 @@ class _RecursiveSplitter:
 
         Windows are found by searching on character positions with exact counts,
         so this works with any tokenizer (no token-to-char offset map needed). The
-        next window starts as far back as ``overlap`` tokens allow.
+        next window starts as far back as ``overlap`` tokens allow, and where it would
+        end no further than the last one, where the last one ended: every window adds text.
         """
         out: list[Span] = []
-        s = start
+        s, last_end = start, start
         while s < end:
             e = self.longest_fitting_end(s, end)
+            if e <= last_end < end:
+                # What follows the last window takes more than the room the overlap leaves: this
+                # one would be a suffix of the last chunk, adding nothing.
+                s = last_end
+                e = self.longest_fitting_end(s, end)
             span = self.emit(s, e)
             if span is not None and span.tokens > self.cap and span.start > s:
                 # The window was measured with its leading whitespace, which the chunk drops, and
@@ -337,6 +343,7 @@ class _RecursiveSplitter:
                 out.append(span)
             if e >= end:
                 break
+            last_end = e
             s = max(self.earliest_overlap_start(s, e), s + 1)
         return out
 

@@ -412,3 +412,17 @@ def test_cap_binds_the_stripped_chunk_even_when_stripping_adds_tokens(cl100k, te
         spans = split_recursive(text, cl100k, cap, overlap)
         assert_invariants(text, spans, cl100k, cap)
         assert all(a.start < b.start and a.end < b.end for a, b in zip(spans, spans[1:])), "each chunk adds text"
+
+
+def test_each_token_window_adds_text_when_what_follows_does_not_fit_the_room_left(cl100k):
+    # "xxfigure>aa" is 4 tokens and the combining marks after it take more than the room
+    # left, so every window from an overlap start ended at the same place: the windows
+    # from 2, 3, ..., 7 were suffixes of the first chunk, adding nothing, and "gure>aa"
+    # shared 4 tokens with the one before it, over the overlap of 3 (found by fuzzing).
+    text = "xxfigure>aa\u0308\u0301"
+    spans = split_recursive(text, cl100k, 4, 3)
+    assert_invariants(text, spans, cl100k, 4)
+    assert all(a.end < b.end for a, b in zip(spans, spans[1:])), "each chunk adds text"
+    for a, b in zip(spans, spans[1:]):
+        if b.start < a.end:
+            assert len(cl100k.encode(text[b.start : a.end])) <= 3
