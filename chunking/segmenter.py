@@ -93,6 +93,7 @@ _LAST_SPACE = 0x3000
 # After an ending run: closers, whitespace, then the next word (as far as the rules look).
 _TAIL = re.compile("([" + re.escape(_CLOSERS) + "]*)(\\s*)(\\S{0,40})")
 _WHITESPACE = re.compile(r"\s*")
+_NON_SPACE = re.compile(r"\S")
 
 # Abbreviations after which a period never ends a sentence: titles and Latin
 # shorthands that are always followed by more of the same sentence.
@@ -186,7 +187,8 @@ def sentence_bounds_each(texts: list[str]) -> list[list[int]]:
 
     So the cuts strictly inside each text are those of the text alone, and
     ``sentence_bounds`` gives the same cuts along either of its paths
-    (``tests/chunking/test_segmenter.py``).
+    (``tests/chunking/test_segmenter.py``); a first cut with only whitespace before
+    it is then left out of each text's, as ``sentence_bounds`` leaves it out.
     """
     if not texts:
         return []
@@ -201,7 +203,10 @@ def sentence_bounds_each(texts: list[str]) -> list[list[int]]:
     relative = (bounds - starts[np.searchsorted(starts, bounds, side="right") - 1]).tolist()
     firsts = np.searchsorted(bounds, starts, side="right").tolist()  # the first bound past each start
     lasts = np.searchsorted(bounds, starts + sizes, side="left").tolist()  # the first at or past each end
-    return [[0, *relative[first:last], size] if size else [] for first, last, size in zip(firsts, lasts, sizes.tolist())]
+    return [
+        _blank_start_attached(text, [0, *relative[first:last], size], 0) if size else []
+        for text, first, last, size in zip(texts, firsts, lasts, sizes.tolist())
+    ]
 
 
 def _spans_candidate_by_candidate(text: str) -> list[tuple[int, int]]:
@@ -223,7 +228,17 @@ def _bounds_candidate_by_candidate(text: str) -> list[int]:
             break
         if is_boundary and (not cuts or end > cuts[-1]):
             cuts.append(end)
-    return [0, *cuts, size]  # the cuts ascend strictly, from above 0 to below size: no span is empty
+    # The cuts ascend strictly, from above 0 to below size: no span is empty.
+    return _blank_start_attached(text, [0, *cuts, size], 0)
+
+
+def _blank_start_attached(text: str, bounds: list[int], offset: int) -> list[int]:
+    """``bounds`` of ``text`` (shifted by ``offset``) without a first cut that only whitespace
+    precedes: the blank-line rule ends a sentence, and before the first there is none, so
+    that whitespace is the first span's (as any whitespace before the first sentence is)."""
+    while len(bounds) > 2 and _NON_SPACE.search(text, 0, bounds[1] - offset) is None:
+        del bounds[1]
+    return bounds
 
 
 def _evaluate(text: str, at: int, after: int) -> tuple[int, bool] | None:
@@ -374,7 +389,7 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
     cuts = end[boundary]
     if len(cuts):
         cuts = cuts[cuts > np.concatenate(([0], np.maximum.accumulate(cuts)[:-1]))]
-    return (np.concatenate(([0], cuts, [size])) + offset).tolist()
+    return _blank_start_attached(text, (np.concatenate(([0], cuts, [size])) + offset).tolist(), offset)
 
 
 _last_code_points: tuple[str, Any] | None = None  # (text, its code points): the last text asked for

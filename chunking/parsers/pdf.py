@@ -173,7 +173,16 @@ def _lines(pdf) -> list[_Line]:  # noqa: ANN001 - pypdfium2 document
 def _clean(piece: str) -> str:
     # PDFium reports a hyphen it cannot map (LibreOffice's non-breaking hyphen, a
     # soft hyphen) as U+FFFE or U+0002.
-    return strip_control(piece.replace("\ufffe", "-").replace("\x02", "-").replace("\r", ""))
+    line = strip_control(piece.replace("\ufffe", "-").replace("\x02", "-").replace("\r", ""))
+    if _SURROGATE.search(line):
+        # Read char by char (PDFium counts a character beyond the BMP as its two UTF-16
+        # halves), such a character comes as two lone surrogates, which UTF-8 cannot hold:
+        # joined back into it (the piece keeps PDFium's indexes); a half alone becomes U+FFFD.
+        line = line.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return line
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _restore_code_spacing(raw, textpage, page_lines: list[tuple[_Line, str, int]]) -> None:  # noqa: ANN001

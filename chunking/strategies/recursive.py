@@ -153,7 +153,7 @@ class _RecursiveSplitter:
                     # Small pieces merge among themselves only: an oversized piece is a
                     # boundary of the stronger separator, which merging across would hide.
                     if k > run:
-                        node.items.append(_Run(starts[run:k], ends[run:k], counts[run:k]))
+                        node.items.append(_Run(starts[run:k], ends[run:k], counts[run:k], finer))
                     child = _Level(starts[k], ends[k], finer)
                     if not finer:
                         child.items.append(self.split_by_token_window(child.start, child.end))
@@ -162,7 +162,7 @@ class _RecursiveSplitter:
                     node.items.append(child)
                     run = k + 1
                 if stop > run:
-                    node.items.append(_Run(starts[run:stop], ends[run:stop], counts[run:stop]))
+                    node.items.append(_Run(starts[run:stop], ends[run:stop], counts[run:stop], finer))
                 at = stop
 
     def oversized(self, starts: list[int], ends: list[int], counts: list[int]) -> list[int]:
@@ -264,6 +264,15 @@ class _RecursiveSplitter:
             first, stop = item.queries
             if any(n > q[2] for q, n in zip(queried[first:stop], counts[first:stop])):
                 windows = self.windows(item, lambda s, e, budget: count(s, e) <= budget)
+                for s, e in windows:
+                    if count(s, e) > self.cap:
+                        # One piece, within the cap with its leading separator but not once
+                        # stripped (" naïve" is 2 tokens, "naïve" 3): split further, as a piece
+                        # over the cap is.
+                        out.extend(self.split(s, e, item.finer))
+                    else:
+                        out.append(Span(s, e, text[s:e], count(s, e)))
+                continue
             out.extend(Span(s, e, text[s:e], count(s, e)) for s, e in windows)
         return out
 
@@ -310,17 +319,31 @@ class _RecursiveSplitter:
 
         Windows are found by searching on character positions with exact counts,
         so this works with any tokenizer (no token-to-char offset map needed). The
-        next window starts as far back as ``overlap`` tokens allow.
+        next window starts as far back as ``overlap`` tokens allow, and where it would
+        end no further than the last one, where the last one ended: every window adds text.
         """
         out: list[Span] = []
-        s = start
+        s, last_end = start, start
         while s < end:
             e = self.longest_fitting_end(s, end)
+            if e <= last_end < end:
+                # What follows the last window takes more than the room the overlap leaves: this
+                # one would be a suffix of the last chunk, adding nothing.
+                s = last_end
+                e = self.longest_fitting_end(s, end)
             span = self.emit(s, e)
+            if span is not None and span.tokens > self.cap and span.start > s:
+                # The window was measured with its leading whitespace, which the chunk drops, and
+                # the rest can take more tokens without it (" 👩" shares a token): measured again
+                # from where the chunk starts.
+                s = span.start  # the window's start, also for its overlap below
+                e = self.longest_fitting_end(s, end)
+                span = self.emit(s, e)
             if span is not None:
                 out.append(span)
             if e >= end:
                 break
+            last_end = e
             s = max(self.earliest_overlap_start(s, e), s + 1)
         return out
 
@@ -379,10 +402,11 @@ def _literal(separator: str) -> re.Pattern[str]:
 class _Run:
     """Consecutive pieces of one span, each within the cap: packed together into chunks."""
 
-    __slots__ = ("starts", "ends", "counts", "queries")
+    __slots__ = ("starts", "ends", "counts", "finer", "queries")
 
-    def __init__(self, starts: list[int], ends: list[int], counts: list[int]) -> None:
+    def __init__(self, starts: list[int], ends: list[int], counts: list[int], finer: tuple[str, ...] = ()) -> None:
         self.starts, self.ends, self.counts = starts, ends, counts
+        self.finer = finer  # the separators that split one of these pieces further
         self.queries = (0, 0)  # this run's slice of the spans measured in bulk (emit_all)
 
 

@@ -548,6 +548,11 @@ def fit_groups_to_cap(groups: list[Group], sizes: UnitSizes, cap: int) -> list[G
                 done, pieces = done + size, pieces + 1
                 start, size = u, 0
             if t > cap:
+                if u > start:
+                    # Units of 0 estimated tokens (" 。" counts as its leading space alone) are
+                    # all that was accumulated: a group of their own, not dropped (nor counted
+                    # as a piece of the balanced cut: it holds none of its tokens).
+                    out.append((start, u - 1))
                 out.append((u, u))
                 done, pieces = done + t, pieces + 1
                 start = u + 1

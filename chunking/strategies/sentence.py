@@ -25,7 +25,7 @@ Invariants a caller relies on:
   suffix copied from the next chunk (strip it to highlight the chunk's own text).
 * ``metadata["page_num"]`` is the page that owns the chunk (the Azure ``page_num``):
   the page it was accumulated on, the earlier page after a merge, the later page
-  after a carry-forward. ``page_start``/``page_end`` are the pages it spans.
+  after a carry-forward. ``page_start``/``page_end`` are the pages its char span lies on.
 
 Where we differ from the seed's reference, on purpose:
 
@@ -275,11 +275,6 @@ class _Draft:
         if self._units is None:
             return self.store.tokens_of(self.lo, self.hi)
         return sum(u.tokens for u in self._units)
-
-    def pages(self) -> set[int]:
-        if self._units is None:
-            return set(self.store.pages[self.lo : self.hi])
-        return {u.page for u in self._units}
 
 
 def chunk_sentence(
@@ -996,7 +991,8 @@ class _Splitter:
         return (run, tokens) if tokens <= self.cap else None
 
     def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[Chunk]:
-        """The chunks of one unit over the cap: the pieces of its recursive split, each counted."""
+        """The chunks of one unit over the cap once trimmed: the pieces of its recursive split, each
+        counted, and a piece over the cap once trimmed split again from its own text."""
         pieces = []
         for start, end, _ in self.unit_pieces(unit):
             piece = _Draft([unit._replace(start=start, end=end)], home)
@@ -1004,7 +1000,15 @@ class _Splitter:
                 pieces.append(piece)
         # Every piece's text is verbatim source: counted in one batch from the document's encoding.
         counts = self.count_many_at([p.text for p in pieces], [p.start for p in pieces])
-        return [self.make_chunk(doc, piece, piece.text, n, False) for piece, n in zip(pieces, counts)]
+        chunks = []
+        for piece, n in zip(pieces, counts):
+            if n > self.cap and (piece.start, piece.end) != (unit.start, unit.end):
+                # The piece was measured with whitespace its chunk drops, and its text can take
+                # more tokens without it (" naïve" is 2, "naïve" 3): its own text is split.
+                chunks.extend(self.unit_chunks(doc, unit._replace(start=piece.start, end=piece.end, tokens=n), home))
+            else:
+                chunks.append(self.make_chunk(doc, piece, piece.text, n, False))
+        return chunks
 
     def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
         """``split_oversized(unit.start, unit.end)``, without counting again a unit known to fit.
@@ -1059,9 +1063,11 @@ class _Splitter:
         if len(pages) == 1:  # every unit and offset is on that page
             page_start = page_end = pages[0].page_num
         else:
-            numbers = [pages[i].page_num for i in draft.pages()]
-            page_end = doc.page_at(end - 1, page_offsets) if overlap and end > start else max(numbers)
-            page_start, page_end = min(numbers), max(page_end, max(numbers))
+            # The pages of the span, not of the units: a unit of only whitespace (a page's leading
+            # spaces, a piece of an oversize span) packed at a chunk's end adds no text of its page.
+            if page_offsets is None:
+                page_offsets = [page.char_offset for page in pages]
+            page_start, page_end = doc.page_at(start, page_offsets), doc.page_at(max(end - 1, start), page_offsets)
         metadata: dict[str, object] = {"page_num": pages[draft.home].page_num}
         if figure:
             metadata["cap_exempt"] = "figure"

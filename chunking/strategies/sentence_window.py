@@ -141,16 +141,20 @@ def chunk_sentence_window(
 ) -> list[Chunk]:
     count = _estimate_counter if config.estimate else span_counter(tokenizer, doc.text)
     spans = window_spans(doc.text, config, tokenizer, count if config.unit == "tokens" else None)
-    cap = config.token_cap
+    limit = None if config.allow_oversize_sentences else config.max_size
+    measure = _measuring_tokenizer(config, tokenizer)
     chunks: list[Chunk] = []
     counts = count_spans(count, [start for start, _ in spans], [end for _, end in spans])
     for (start, end), n in zip(spans, counts):
-        if cap is not None and n > cap:
-            # Sentence sizes summed within the cap but BPE counts the joined text
-            # higher (rare): re-split that window so the cap stays a guarantee.
-            for piece in split_recursive(doc.text[start:end], tokenizer, cap, 0, CJK_SEPARATORS):
+        if limit is not None and (end - start if config.unit == "chars" else n) > limit:
+            # Sentence sizes summed within max_size but the joined window is larger: BPE
+            # counts it higher (rare), or it joins the pieces of a split sentence, sized
+            # without the whitespace between them. Re-split by the config's own measure so
+            # max_size stays a guarantee.
+            for piece in split_recursive(doc.text[start:end], measure, limit, 0, CJK_SEPARATORS):
+                tokens = piece.tokens if config.unit == "tokens" else count(start + piece.start, start + piece.end)
                 chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,
-                                        "token_count": piece.tokens}))
+                                        "token_count": tokens}))
             continue
         chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n}))
     return attach_provenance(doc, chunks)

@@ -22,7 +22,9 @@ Invariants a caller relies on::
 
 (the only exception to the cap: a single character whose own encoding is longer
 than ``chunk_token_size`` tokens, possible only with caps of one to three tokens,
-is emitted whole rather than lost). Every non-whitespace character is in a chunk.
+is emitted whole rather than lost). Every non-whitespace character is in a chunk,
+except the ``split_by_character`` string itself: the text is split on it, as the
+reference splits it (``str.split``), so a ``"。"`` separator is in no chunk.
 
 Where we differ from the reference (``chunking.compat.lightrag.
 chunking_by_token_size`` reproduces it, ``reference_windows=True``):

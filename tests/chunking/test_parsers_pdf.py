@@ -113,3 +113,42 @@ def test_broken_pdfs_raise_specific_document_errors(mutate, cause):
     with pytest.raises(DocumentError, match=cause) as info:
         parse_bytes(mutate(make_pdf(PAGES)), "bad.pdf", "bad")
     assert str(info.value).startswith("bad.pdf: ")
+
+
+def _pdf_with_to_unicode(text: bytes, mapped: bytes) -> bytes:
+    """One Helvetica line ``text`` whose font's ToUnicode CMap maps the code ``A`` to the
+    UTF-16BE hex ``mapped`` (a surrogate pair: a character beyond the BMP, as an emoji font
+    or a math alphabet gives)."""
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+            b"/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n"
+            b"/CMapName /Adobe-Identity-UCS def /CMapType 2 def\n"
+            b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+            b"1 beginbfchar <41> <" + mapped + b"> endbfchar\n"
+            b"endcmap CMapName currentdict /CMap defineresource pop end end\n")
+    content = b"BT /F1 24 Tf 72 700 Td (" + text + b") Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap),
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_a_character_beyond_the_bmp_is_one_character_not_two_surrogate_halves():
+    # PDFium counts such a character as two (its UTF-16 halves), so the text is read char by
+    # char; each half became a lone surrogate, which no UTF-8 can hold: the whole PDF failed
+    # as "unparseable pdf: UnicodeEncodeError" over one emoji.
+    doc = parse_bytes(_pdf_with_to_unicode(b"Hello A world", b"D83DDE00"), "emoji.pdf", "emoji")
+    assert doc.text == "Hello \U0001F600 world"
+    doc.text.encode("utf-8")

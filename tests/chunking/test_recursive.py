@@ -390,3 +390,39 @@ def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds)
     cuts = splitter.cuts_at(start, end, separator)
     assert cuts == _cuts_by_str_split(text, start, end, separator)
     assert all(a < b for a, b in zip(cuts, cuts[1:])) or start == end
+
+
+@pytest.mark.parametrize(
+    ("text", "cap"),
+    [
+        # One piece " naïve" is 2 tokens with its leading space (" naï" + "ve") and 3 without
+        # it ("na" + "ï" + "ve"): the chunk is the stripped text, so that count is the one the
+        # cap binds.
+        (" naïve", 2),
+        # The same in a separator-less run cut by token windows: " 👩‍💻😀" is 8 tokens, stripped 9.
+        ("ñI 👩\u200d💻😀\u200d", 8),
+        # A window measured again from its stripped start ("gegjdd", 4 tokens; " gegjdd" is 3)
+        # takes its overlap from there too: from the space, the whole window fitted the
+        # overlap and the next window was the same chunk again.
+        (" , gegjddfhdfhfjcfiefcd", 4),
+    ],
+)
+def test_cap_binds_the_stripped_chunk_even_when_stripping_adds_tokens(cl100k, text, cap):
+    for overlap in (0, cap // 3, cap - 1):
+        spans = split_recursive(text, cl100k, cap, overlap)
+        assert_invariants(text, spans, cl100k, cap)
+        assert all(a.start < b.start and a.end < b.end for a, b in zip(spans, spans[1:])), "each chunk adds text"
+
+
+def test_each_token_window_adds_text_when_what_follows_does_not_fit_the_room_left(cl100k):
+    # "xxfigure>aa" is 4 tokens and the combining marks after it take more than the room
+    # left, so every window from an overlap start ended at the same place: the windows
+    # from 2, 3, ..., 7 were suffixes of the first chunk, adding nothing, and "gure>aa"
+    # shared 4 tokens with the one before it, over the overlap of 3 (found by fuzzing).
+    text = "xxfigure>aa\u0308\u0301"
+    spans = split_recursive(text, cl100k, 4, 3)
+    assert_invariants(text, spans, cl100k, 4)
+    assert all(a.end < b.end for a, b in zip(spans, spans[1:])), "each chunk adds text"
+    for a, b in zip(spans, spans[1:]):
+        if b.start < a.end:
+            assert len(cl100k.encode(text[b.start : a.end])) <= 3

@@ -90,6 +90,19 @@ def test_trailing_and_leading_whitespace_is_attached():
     assert sentences("  One.   Two.  ") == ["  One.   ", "Two.  "]
 
 
+@pytest.mark.parametrize("lead", ["\n\n", "\n\n\n\n", " \n\n ", "\t\n \n", "\n\n \n\n"])
+@pytest.mark.parametrize("body", ["naïve\n", "b", "中文。x", "Title\n\nBody text. " * 200], ids=["word", "letter", "cjk", "long"])
+def test_a_blank_line_before_the_first_sentence_is_whitespace_before_it_not_a_sentence(lead, body):
+    # The blank-line rule ends a sentence; with no sentence before it, the whitespace is
+    # the first span's (a page starting "\n\nnaïve" was a whitespace-only span, which the
+    # sentence strategy carried across a page break as if it were text).
+    text = lead + body
+    spans = sentence_spans(text)
+    assert spans[0][0] == 0 and text[spans[0][0] : spans[0][1]].strip()
+    assert spans[1:] == [(s + len(lead), e + len(lead)) for s, e in sentence_spans(body)][1:]
+    assert sentences("\n\n") == ["\n\n"]
+
+
 def test_ends_with_sentence_ending():
     assert ends_with_sentence_ending("Done.  ")
     assert ends_with_sentence_ending('He said "yes!"')

@@ -28,6 +28,7 @@ from chunking.strategies.semantic import (
     chunk_semantic,
     combined_vectors,
     find_breakpoints,
+    fit_groups_to_cap,
     gap_distances,
     merge_small_groups,
     sentence_units,
@@ -413,6 +414,19 @@ def test_no_sentence_lost_or_duplicated(words, cap, buffer_size, mode, shape, ki
     gaps = [text[: spans[0].start] if spans else text] + [text[a.end : b.start] for a, b in itertools.pairwise(spans)]
     gaps.append(text[spans[-1].end :] if spans else "")
     assert all(not g.strip() for g in gaps)
+
+
+def test_a_unit_of_zero_estimated_tokens_between_oversize_units_is_kept():
+    # " 。" is one token, as its leading space alone is, so the unit "。" adds 0 to a group's
+    # estimate: the cut of an oversize group must not take that for "nothing accumulated yet".
+    sizes = UnitSizes(np.array([20, 1, 10]), np.array([0, 1, 0]))
+    assert fit_groups_to_cap([(0, 2)], sizes, 8) == [(0, 0), (1, 1), (2, 2)]
+    tokenizer = TiktokenTokenizer()
+    text = "The first sentence is longer than eight tokens. 。 The last sentence is longer than eight tokens too."
+    same = lambda texts: np.ones((len(texts), 3), dtype=np.float32)  # no breakpoint: one group
+    spans = split_semantic(text, tokenizer, same, chunk_token_size=8)
+    assert "。" in spans_text(spans)
+    assert all(text[s.start : s.end] == s.text and s.tokens <= 8 for s in spans)
 
 
 def test_tiktoken_counts_are_exact():

@@ -443,3 +443,60 @@ def test_draft_that_counts_over_the_cap_once_joined_is_packed_again_not_cut_per_
     one = chunk_sentence(ParsedDocument.from_text(text), config.model_copy(update={"max_tokens_per_section": 61}),
                          tiktoken_tokenizer)
     assert [c.text for c in one] == [text]
+
+
+@pytest.mark.parametrize(
+    ("text", "cap"),
+    [
+        # A sentence measured with its leading space (" naï" + "ve") but emitted stripped
+        # ("na" + "ï" + "ve"): within the cap as a unit, over it as a chunk.
+        (" naïve", 2),
+        (" naïve\n中어句トス中문中是한語", 16),
+        # The same for a piece of a midpoint split, which starts wherever the midpoint falls
+        # (here on the space before "naïve": 16 tokens with it, 17 without; found by fuzzing).
+        ("  3.14 A It. 日한장是장キテ子어本テ語一文子the \u094dthe A page. etc. \r\n；어テ한어日个文장句文个テトス本어日テ語"
+         "スス子ス句국문个文中句국；model\nnaïve;Naïve data. naïve\n中어句トス中문中是한語어어个キス…I a. ？No. aIt\n", 16),
+    ],
+)
+def test_cap_binds_the_stripped_chunk_when_stripping_adds_tokens(tiktoken_tokenizer, text, cap):
+    config = SentenceConfig(max_tokens_per_section=cap, max_section_length=60, semantic_overlap_percent=0)
+    chunks = chunk_sentence(ParsedDocument.from_text(text), config, tiktoken_tokenizer)
+    assert all(c.token_count == len(tiktoken_tokenizer.encode(c.text)) <= cap for c in chunks)
+    assert all(c.verbatim and text[c.char_start : c.char_end] == c.text for c in chunks)
+    covered = set().union(*(range(c.char_start, c.char_end) for c in chunks))
+    assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
+
+
+def test_a_page_opening_with_a_blank_line_adds_no_page_to_the_chunk_before_it(tiktoken_tokenizer):
+    # The blank line was a whitespace-only unit of page 1; carried forward with the unfinished
+    # sentence of page 0 and packed with it, it made that chunk span pages 0-1 although its
+    # text and its char span lie on page 0 (found by fuzzing).
+    first = "the first page runs on and on without an end"
+    doc = paged(first, "\n\nand the second page goes on. More text here.")
+    config = SentenceConfig(max_tokens_per_section=12, semantic_overlap_percent=0)
+    chunks = chunk_sentence(doc, config, tiktoken_tokenizer)
+    assert [(c.text, c.char_start, c.char_end, c.page_start, c.page_end) for c in chunks] == [
+        (first, 0, len(first), 0, 0),
+        ("and the second page goes on.", 46, 74, 1, 1),
+        ("More text here.", 75, 90, 1, 1),
+    ]
+    offsets = [p.char_offset for p in doc.pages]
+    for c in chunks:
+        assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
+
+
+def test_a_whitespace_piece_of_the_next_page_adds_no_page_to_the_chunk_it_is_packed_with(tiktoken_tokenizer):
+    # Page 1's first sentence is over the cap; its split leaves the leading spaces a piece of
+    # their own, which carrying page 0's unfinished sentence forward packed with it: the
+    # chunk claimed pages 0-1 although its text and its span lie on page 0 (found by fuzzing).
+    doc = paged("the page ends on", " " * 40 + "and then it goes on for a good while yet")
+    config = SentenceConfig(max_tokens_per_section=8, semantic_overlap_percent=0)
+    chunks = chunk_sentence(doc, config, tiktoken_tokenizer)
+    assert [(c.text, c.page_start, c.page_end) for c in chunks] == [
+        ("the page ends on", 0, 0),
+        ("and then it goes on", 1, 1),
+        ("for a good while yet", 1, 1),
+    ]
+    offsets = [p.char_offset for p in doc.pages]
+    for c in chunks:
+        assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))

@@ -145,3 +145,32 @@ def test_presets_and_overrides():
 def test_config_round_trips_through_its_dump():
     for config in (SentenceWindowConfig(), SentenceWindowConfig(preset="adr"), SentenceWindowConfig(preset="adr", overlap=100)):
         assert SentenceWindowConfig.model_validate(config.model_dump()) == config
+
+
+def test_max_size_in_chars_binds_the_chunk_when_a_split_sentence_is_regrouped(tokenizer):
+    # The sentence is over max_size, so it is split into stripped pieces ("The", "quick", ...)
+    # whose sizes leave out the spaces between them: grouped by those sizes, "The" + "quick"
+    # made 8 characters, but the chunk "The quick" has 9 (found by fuzzing).
+    text = "The quick brown fox jumps over the lazy dog again and again."
+    chunks = chunk(text, tokenizer, unit="chars", chunk_size=8, overlap=0, min_size=0)
+    assert SentenceWindowConfig(unit="chars", chunk_size=8).max_size == 8
+    assert all(len(c.text) <= 8 for c in chunks)
+    assert all(c.token_count == len(tokenizer.encode(c.text)) for c in chunks)
+    assert_verbatim(text, chunks)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("<figure> <figure> <figure> <figure> <figure> <figure>", 4),
+        ("Über " + "\xa0" * 5 + "." * 50, 8),
+    ],
+)
+def test_estimate_sizes_every_chunk_by_the_estimate_even_a_re_split_window(tokenizer, text, size):
+    # A window whose estimate is over max_size once joined (the gaps between the pieces of a
+    # split sentence) is re-split; it was re-split by the exact tokenizer, so its pieces
+    # reported exact counts (3 for "<figure>", estimated 2) and could be over the cap by the
+    # estimate (35 characters, 9 > 8, counted 7). Found by fuzzing.
+    chunks = chunk(text, tokenizer, estimate=True, chunk_size=size, overlap=0, min_size=0)
+    assert all(c.token_count == -(-len(c.text) // 4) <= size for c in chunks)
+    assert_verbatim(text, chunks)

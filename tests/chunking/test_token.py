@@ -191,6 +191,19 @@ def test_native_split_by_character():
     assert [c.text for c in chunks[:2]] == ["Para one.", "Para two is here."]
 
 
+def test_native_split_by_character_drops_only_the_separator_itself():
+    # Split as the reference splits (str.split): a non-whitespace separator is in no chunk,
+    # every other character is, in both a segment within the cap and a windowed one.
+    tok = default_tokenizer()
+    text = "第一句。第二句很长" + "很长的句子" * 30 + "。x。。y"
+    chunks = chunk_text(text, "token", chunk_token_size=20, chunk_overlap_token_size=0, split_by_character="。")
+    for c in chunks:
+        assert text[c.char_start:c.char_end] == c.text and "。" not in c.text
+        assert c.token_count == len(tok.encode(c.text)) <= 20
+    covered = set().union(*(range(c.char_start, c.char_end) for c in chunks))
+    assert [ch for i, ch in enumerate(text) if i not in covered] == ["。"] * text.count("。")
+
+
 def test_native_split_by_character_only_fails_the_document_with_a_clear_error():
     doc = ParsedDocument.from_text("ok\n\n" + "word " * 50, doc_id="notes.txt")
     config = TokenConfig(chunk_token_size=20, chunk_overlap_token_size=0, split_by_character="\n\n",
