@@ -44,15 +44,18 @@ class HashEmbedder:
         return vectors / norms
 
 
-def config_for(spec, overrides: dict[str, int]):
-    """``spec``'s default config with the common size names in ``overrides`` it accepts."""
+def config_for(spec, overrides: dict[str, int], table: dict | None = None):
+    """``spec``'s config from ``table`` (its defaults without one) with the common size names in ``overrides`` it accepts."""
     accepted = set(config_field_names(spec))
-    return spec.parse_config({k: v for k, v in overrides.items() if k in accepted})
+    return spec.parse_config({**(table or {}), **{k: v for k, v in overrides.items() if k in accepted}})
 
 
-def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus"), overrides: dict | None = None) -> str:
+def main(out_path: str, names: list[str], corpus: Path = Path("../shared/corpus"), overrides: dict | None = None,
+         per_strategy: dict[str, dict] | None = None) -> str:
+    """``per_strategy``: a config table per name (``chunkyard.toml``'s ``[strategies.NAME]``), under ``overrides``."""
     tokenizer, embedder = default_tokenizer(), HashEmbedder()
-    configs = {name: config_for(get_strategy(name), overrides or {}) for name in names}
+    tables = per_strategy or {}
+    configs = {name: config_for(get_strategy(name), overrides or {}, tables.get(name)) for name in names}
     with open(out_path, "w", encoding="utf-8") as out:
         for path in sorted(corpus.rglob("*")):
             if not path.is_file() or is_sidecar_path(path) or (path.name == "README.md" and path.parent == corpus):
@@ -84,6 +87,15 @@ if __name__ == "__main__":
     parser.add_argument("strategies", nargs="?", default=",".join(DEFAULT))
     parser.add_argument("--size", type=int, help="chunk_token_size for every strategy with a token cap")
     parser.add_argument("--overlap", type=int, help="chunk_overlap_token_size likewise")
+    parser.add_argument("--config-file", help="each strategy's config from this chunkyard.toml's [strategies.*] "
+                        "tables, as the pipeline reads them (then --size/--overlap override)")
     args = parser.parse_args()
     sizes = {"chunk_token_size": args.size, "chunk_overlap_token_size": args.overlap}
-    print(main(args.out_path, args.strategies.split(","), overrides={k: v for k, v in sizes.items() if v is not None}))
+    overrides = {k: v for k, v in sizes.items() if v is not None}
+    names = args.strategies.split(",")
+    per_strategy = None
+    if args.config_file:
+        from orchestration.settings import load_settings
+
+        per_strategy = load_settings(args.config_file).strategies
+    print(main(args.out_path, names, overrides=overrides, per_strategy=per_strategy))
