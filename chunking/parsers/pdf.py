@@ -52,6 +52,8 @@ from chunking.parsers.errors import DocumentError
 _MAX_HEADING_CHARS = 200
 _NORMALISE = re.compile(r"[\s¶]+")
 _LIST_START = re.compile(r"^\s*(?:[•◦▪‣∙·–—*-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
+# A lone UTF-16 half, as PDFium's per-character reads give a character beyond the BMP (_clean).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _PageError(Exception):
@@ -180,9 +182,6 @@ def _clean(piece: str) -> str:
         # joined back into it (the piece keeps PDFium's indexes); a half alone becomes U+FFFD.
         line = line.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return line
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _restore_code_spacing(raw, textpage, page_lines: list[tuple[_Line, str, int]]) -> None:  # noqa: ANN001

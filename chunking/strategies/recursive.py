@@ -264,16 +264,15 @@ class _RecursiveSplitter:
             first, stop = item.queries
             if any(n > q[2] for q, n in zip(queried[first:stop], counts[first:stop])):
                 windows = self.windows(item, lambda s, e, budget: count(s, e) <= budget)
-                for s, e in windows:
-                    if count(s, e) > self.cap:
-                        # One piece, within the cap with its leading separator but not once
-                        # stripped (" naïve" is 2 tokens, "naïve" 3): split further, as a piece
-                        # over the cap is.
-                        out.extend(self.split(s, e, item.finer))
-                    else:
-                        out.append(Span(s, e, text[s:e], count(s, e)))
-                continue
-            out.extend(Span(s, e, text[s:e], count(s, e)) for s, e in windows)
+            for s, e in windows:
+                n = count(s, e)
+                if n > self.cap:
+                    # One piece, within the cap with its leading separator but not once
+                    # stripped (" naïve" is 2 tokens, "naïve" 3): split further, as a piece
+                    # over the cap is.
+                    out.extend(self.split(s, e, item.finer))
+                else:
+                    out.append(Span(s, e, text[s:e], n))
         return out
 
     def windows(self, run: "_Run", fits: Callable[[int, int, int], bool]) -> list[tuple[int, int]]:
