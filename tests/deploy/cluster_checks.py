@@ -141,3 +141,24 @@ def assert_every_document_once(lake: LakeContents, expected_docs: set[str]) -> N
     for (doc_id, strategy), (rows, distinct, first, last) in lake.chunk_counts.items():
         assert rows == distinct == last + 1 and first == 0, (doc_id, strategy, rows, distinct, first, last)
         assert lake.embedded.get((doc_id, strategy)) == rows, (doc_id, strategy)
+
+
+def postgres_sessions(log: str) -> dict[str, set[str]]:
+    """Client address -> the databases it connected to, from PostgreSQL's log with ``log_connections``.
+
+    Each backend logs "connection received: host=<address> ..." and then "connection authorized:
+    user=... database=<name>" under the same process id ("[pid]" in the line's prefix).
+    """
+    import re
+
+    address_of: dict[str, str] = {}
+    sessions: dict[str, set[str]] = {}
+    for line in log.splitlines():
+        received = re.search(r"\[(\d+)\] LOG:  connection received: host=(\S+)", line)
+        if received:
+            address_of[received.group(1)] = received.group(2)
+            continue
+        authorized = re.search(r"\[(\d+)\] LOG:  connection authorized: user=\S+ database=(\S+)", line)
+        if authorized and authorized.group(1) in address_of:
+            sessions.setdefault(address_of[authorized.group(1)], set()).add(authorized.group(2))
+    return sessions

@@ -1,27 +1,43 @@
-"""deploy/ on this machine: PostgreSQL + a celery broker from packages, two celery workers.
+"""deploy/ on this machine as several: PostgreSQL, an object store and two celery workers, each
+worker on a host of its own.
 
-One purposeful, slow test (~3 min): ``chunkyard run`` over examples/docs with
+One purposeful, slow test (~2 min): ``chunkyard run`` over examples/docs with
 ``executor = "celery"``, Dagster's instance in PostgreSQL (deploy/dagster.yaml) and the store
 a DuckLake (catalog in the same PostgreSQL, data files in object storage: an S3-compatible
 server started from a package, moto's, reached through DuckDB's httpfs with an endpoint and
-credentials from the environment), exactly as deploy/README.md tells a user. It proves that
+credentials from the environment), exactly as deploy/README.md tells a user. With root
+(``local_cluster.py --hosts``, deploy/hosts.py) each worker, and the ``chunkyard run``
+process, is a host of its own: a network namespace with its own address and host name,
+reaching PostgreSQL (password required) and the object store by the names ``db`` and
+``objects`` over TCP, with its own DAGSTER_HOME and TMPDIR, as on other machines. Without
+root it falls back to processes on this host (CI=true refuses the fallback: CI runs as root).
+
+It proves that
 
 * every step of every run executed on a celery worker, and steps ran on both workers
-  (the "Celery worker" of each step's engine event in the run's event log);
-* every document's chunks landed once per strategy in the one lake (no duplicate chunk, indexes 0..n-1 with
-  no gap, one embedding per chunk), as Parquet files in the bucket, and every run succeeded;
-* nothing the cluster started outlives it (worker processes, PostgreSQL, the S3 server).
+  (the "Celery worker" of each step's engine event in the run's event log), which are
+  ``chunkyard-w1@worker-1`` and ``chunkyard-w2@worker-2`` with hosts;
+* with hosts, each worker host and the run's host connected to PostgreSQL over TCP from
+  its own address, the workers to Dagster's storage, the broker and the lake's catalog
+  (PostgreSQL's connection log), and the run's summary names the lake without its password;
+* every document's chunks landed once per strategy in the one lake (no duplicate chunk,
+  indexes 0..n-1 with no gap, one embedding per chunk), as Parquet files in the bucket,
+  and every run succeeded;
+* nothing the cluster started outlives it (worker processes, PostgreSQL, the S3 server,
+  the hosts' namespaces and network).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cluster_checks import assert_every_document_once, celery_steps, cluster_instance, read_lake, still_running
+from cluster_checks import (assert_every_document_once, celery_steps, cluster_instance, postgres_sessions,
+                            read_lake, still_running)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,20 +47,35 @@ DOCS = REPO_ROOT / "examples" / "docs"
 @pytest.mark.e2e
 @pytest.mark.model
 def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
-    from deploy.local_cluster import LocalCluster
+    from deploy.hosts import hosts_unavailable_reason
+    from deploy.local_cluster import CLIENT_HOST, LocalCluster
+
+    unavailable = hosts_unavailable_reason()
+    if unavailable and os.environ.get("CI"):
+        pytest.fail(f"CI must test the workers on hosts of their own: {unavailable}")
+    hosts = unavailable is None
+    print(f"\ncelery cluster: {'a host per worker' if hosts else 'one host: ' + unavailable}")
 
     run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
-    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env, s3=True)
+    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env, s3=True, hosts=hosts)
     with cluster:
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
         s3_pid = cluster.s3_server.proc.pid
         assert cluster.env["CHUNKYARD_STORE_DATA_PATH"] == "s3://chunkyard/chunkyard"
         worker_pids = [proc.pid for proc in cluster.worker_procs]
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(DOCS), "--progress", "none"],
-            cwd=REPO_ROOT, env=cluster.env, capture_output=True, text=True, timeout=900)
+        command = [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(DOCS), "--progress", "none"]
+        run_env = cluster.host_env(CLIENT_HOST) if hosts else cluster.env
+        done = subprocess.run(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT, env=run_env,
+                              capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        if hosts:
+            network = cluster.network
+            addresses = {name: network.address(name) for name in network.names}
+            namespaces = [network.namespace(name) for name in network.names]
+            bridge = network.bridge
+            sessions = postgres_sessions(cluster.postgres_log())
+            password = cluster.postgres_password
 
         # The run history is in the cluster's PostgreSQL, read here as any machine would.
         with cluster_instance(cluster.env, monkeypatch) as instance:
@@ -72,5 +103,22 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
     assert any(key.startswith("chunkyard/main/chunks/") for key in files), files
     assert any(key.startswith("chunkyard/main/embedding_vectors/") for key in files), files
 
-    # Nothing started by the cluster is left running.
+    if hosts:
+        # Each worker is its own host: its name in the step records, its address in PostgreSQL's log.
+        assert sorted(worker_names) == ["chunkyard-w1@worker-1", "chunkyard-w2@worker-2"]
+        for worker in ("worker-1", "worker-2"):
+            assert {"dagster", "celery", "chunkyard"} <= sessions.get(addresses[worker], set()), (
+                worker, sessions)
+        # The run's own process (on "client") read and wrote the instance and the lake over TCP too.
+        assert {"dagster", "chunkyard"} <= sessions.get(addresses[CLIENT_HOST], set()), sessions
+        # The summary names the lake as the hosts reach it, and never prints its password.
+        assert "store: ducklake postgres:dbname=chunkyard host=db" in done.stdout, done.stdout[-1500:]
+        assert "password=***" in done.stdout and password not in done.stdout + done.stderr
+
+    # Nothing started by the cluster is left running, and with hosts no namespace or link is left.
     assert not still_running(worker_pids + [postgres_pid, s3_pid])
+    if hosts:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not any(namespace in listed for namespace in namespaces), listed
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert bridge not in links, links
