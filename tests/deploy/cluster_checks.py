@@ -162,3 +162,32 @@ def postgres_sessions(log: str) -> dict[str, set[str]]:
         if authorized and authorized.group(1) in address_of:
             sessions.setdefault(address_of[authorized.group(1)], set()).add(authorized.group(2))
     return sessions
+
+
+def workers_on_hosts() -> bool:
+    """Whether this machine can put each worker on a host of its own (deploy/hosts.py: root).
+
+    Where it cannot, the deploy tests run the workers as processes on this host, except in
+    CI (CI=true), which runs as root and must test the hosts: there it fails instead.
+    """
+    import pytest
+
+    from deploy.hosts import hosts_unavailable_reason
+
+    unavailable = hosts_unavailable_reason()
+    if unavailable and os.environ.get("CI"):
+        pytest.fail(f"CI must test the workers on hosts of their own: {unavailable}")
+    print(f"\ncelery workers: {'a host each' if unavailable is None else 'processes on this host: ' + unavailable}")
+    return unavailable is None
+
+
+def assert_workers_connected_from_their_hosts(cluster, worker_names: list[str]) -> None:
+    """With hosts: the workers are named after their hosts, and each host connected to PostgreSQL
+    from its own address, over TCP, to Dagster's storage, the broker and the lake's catalog
+    (PostgreSQL's connection log). Call it before the cluster stops (its log goes with it)."""
+    network = cluster.network
+    workers = [name for name in network.names if name.startswith("worker-")]
+    assert sorted(worker_names) == sorted(f"chunkyard-w{name.removeprefix('worker-')}@{name}" for name in workers)
+    sessions = postgres_sessions(cluster.postgres_log())
+    for name in workers:
+        assert {"dagster", "celery", "chunkyard"} <= sessions.get(network.address(name), set()), (name, sessions)

@@ -4,7 +4,10 @@ One purposeful, slow test. deploy/local_cluster.py starts PostgreSQL (Dagster's 
 deploy/dagster.yaml, the DuckLake catalog, the celery broker), an S3-compatible server for the
 lake's data files (moto, ``--s3``), two celery workers,
 ``dagster-webserver`` and ``dagster-daemon`` on deploy/workspace.yaml, as deploy/README.md
-tells a user (``local_cluster.py --workers 2 --daemon --webserver PORT --s3``). Through the
+tells a user (``local_cluster.py --workers 2 --daemon --webserver PORT --s3``); as root (CI), each
+worker on a host of its own (``--hosts``, deploy/hosts.py: a network namespace reaching
+PostgreSQL and the object store by name over TCP), the daemon, the webserver and the runs
+they launch on this machine, the server host. Through the
 webserver's GraphQL (the calls the UI makes) the test stops the documents sensor and the
 schedule, adds the six documents' partitions and launches a partition backfill of every
 document asset; the daemon does the rest. Range size 2 (CHUNKYARD_DOCUMENTS_PER_RUN) and a
@@ -35,8 +38,11 @@ From the instance (PostgreSQL), the event log and the lake it proves that
   other tick launches anything (ticks during the run leave the document to it), a tick after
   it is skipped, and the lake holds that document's chunks re-made from its current bytes
   (same texts), everything else unchanged;
+* with hosts, the workers are ``chunkyard-w1@worker-1`` and ``chunkyard-w2@worker-2`` and each
+  connected from its own address to Dagster's storage, the broker and the lake's catalog
+  (PostgreSQL's connection log);
 * nothing the cluster started outlives it (webserver, daemon, their code servers and runs,
-  the workers, PostgreSQL).
+  the workers, PostgreSQL, the hosts' namespaces).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,9 +61,11 @@ from cluster_checks import (
     assert_every_document_once,
     celery_steps,
     cluster_instance,
+    assert_workers_connected_from_their_hosts,
     lake_store,
     read_lake,
     still_running,
+    workers_on_hosts,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -270,8 +279,11 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     # CHUNKYARD_EXECUTOR=celery (LocalCluster's with workers): every step of every run goes to a worker.
     # The lake's data files in object storage (moto's S3-compatible server, local_cluster.py --s3),
     # as a cluster of several machines would keep them; the catalog stays in PostgreSQL.
+    # Each worker on a host of its own where this runs as root (CI does): deploy/hosts.py. The
+    # daemon, the webserver and the runs they launch stay on this machine, the server host.
+    hosts = workers_on_hosts()
     cluster = LocalCluster(cluster_root, workers=WORKERS, max_concurrent_runs=MAX_CONCURRENT_RUNS,
-                           webserver_port=_free_port(), extra_env=run_env, s3=True)
+                           webserver_port=_free_port(), extra_env=run_env, s3=True, hosts=hosts)
     sessions: list[int] = []
     # Seconds from the start at each stage, printed at the end (pytest -s shows them): where the time goes.
     started = time.monotonic()
@@ -286,6 +298,8 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
         # Room for every process's connections (100 ran out here: a worker died, its run hung).
         assert cluster.max_connections() >= MAX_CONNECTIONS
         worker_names = cluster.wait_for_workers()
+        if hosts:
+            namespaces = [cluster.network.namespace(name) for name in cluster.network.names]
         postgres_pid = cluster.server.get_pid()
         assert cluster.env["CHUNKYARD_STORE_DATA_PATH"] == "s3://chunkyard/chunkyard"
         s3_pid = cluster.s3_server.proc.pid
@@ -396,6 +410,8 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
             # Why a run failed, while its events and the workers' logs still exist.
             failures = {run.run_id: _failure_report(instance, run, cluster.root)
                         for run in all_runs if run.status != DagsterRunStatus.SUCCESS}
+        if hosts:  # PostgreSQL's log goes with the cluster: read it now
+            assert_workers_connected_from_their_hosts(cluster, worker_names)
 
     mark("cluster stopped")
     # Where the time goes (pytest -s shows it): the stages, and each run's start and end.
@@ -492,3 +508,6 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
 
     # -- nothing started by the cluster is left running ----------------------------------------
     assert not still_running([postgres_pid, s3_pid] + [pid for session in sessions for pid in _session_members(session)])
+    if hosts:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not any(namespace in listed for namespace in namespaces), listed
