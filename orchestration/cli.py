@@ -225,7 +225,7 @@ def ingest(args: argparse.Namespace) -> int:
         refresh_strategy_stats(instance, {INGEST_TAG: ingest_id}, tally)
 
     failed_here = documents_failed_in_run(store, selected, tally)
-    print_summary(store, tally, failed_here, time.monotonic() - started, store_resource.path, folder.root_path)
+    print_summary(store, tally, failed_here, time.monotonic() - started)
     print_costs(store, ingest_id)
     print(f"in the UI (make ui), the lineage with every group open: "
           f"{lineage_url(UI_BASE, asset_group_names(definitions.defs))}")
@@ -283,8 +283,7 @@ def documents_failed_in_run(store, processed: set[str], tally: RunTally) -> list
     return [failures[d] for d in sorted(failures)]
 
 
-def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], elapsed: float,
-                  db_path: str, root: str) -> None:
+def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], elapsed: float) -> None:
     summary = store.summary()
     docs = summary["documents"]
     print("\n== chunkyard summary ==")
@@ -313,8 +312,7 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
     for line in tally.run_errors:
         print(f"run error: {line}")
     print(f"elapsed: {elapsed:.1f} s")
-    # A lake's summary names the lake, not the DuckDB file the settings also carry (unused there).
-    print(f"database: {Path(db_path).resolve()}" if store.lake is None else f"store: {store.describe()}")
+    print(store.location())
 
 
 # --- status, show, sql, strategies -------------------------------------------------
@@ -343,7 +341,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(cost_comparison(con, previous=max(1, args.runs)))
             return 0
         folders = stored_status(con)
-    print(format_status(folders, str(store.path.resolve())))
+    print(format_status(folders, store.location()))
     return 0
 
 

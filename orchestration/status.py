@@ -51,10 +51,11 @@ def stored_status(con) -> list[FolderStatus]:
     return [FolderStatus(root, **values) for root, values in sorted(folders.items())]
 
 
-def format_status(folders: Sequence[FolderStatus], db_path: str) -> str:
+def format_status(folders: Sequence[FolderStatus], location: str) -> str:
+    """``location``: the store's line (``ChunkStore.location()``: the database file, or the lake)."""
     if not folders:
-        return f"database: {db_path}\nnothing stored yet (chunkyard run --docs FOLDER)"
-    lines = [f"database: {db_path}"]
+        return f"{location}\nnothing stored yet (chunkyard run --docs FOLDER)"
+    lines = [location]
     for folder in folders:
         docs = ", ".join(f"{n} {status}" for status, n in sorted(folder.documents.items())) or "none"
         lines.append(f"\nfolder {folder.source_root or '(unknown)'}: {sum(folder.documents.values())} documents ({docs})")

@@ -433,6 +433,11 @@ class ChunkStore:
         """Where the data lives, for messages: the file, or the lake's catalog and data path."""
         return str(self.path) if self.lake is None else self.lake.describe()
 
+    def location(self) -> str:
+        """The CLI's line naming the store: ``database: <file>``, or in lake mode ``store: ducklake
+        <catalog> (data <path>)`` with any password hidden (the file is then only an anchor)."""
+        return f"database: {self.path.resolve()}" if self.lake is None else f"store: {self.lake.describe()}"
+
     def exists(self) -> bool:
         """Whether there is a store to read (a lake is created on first connection)."""
         return self.lake is not None or self.path.is_file()
