@@ -57,6 +57,8 @@ def _run(*args: str) -> None:
 class HostNetwork:
     """A bridge with the server's address and one namespace per host name, each on the bridge."""
 
+    server_names = SERVER_NAMES
+
     def __init__(self, names: list[str]) -> None:
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"host names must be distinct and at least one: {names}")

