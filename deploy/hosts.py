@@ -26,6 +26,11 @@ import random
 import shutil
 import subprocess
 
+try:
+    from deploy.lifecycle import StartStop
+except ImportError:  # run as a script: deploy/ itself is on sys.path
+    from lifecycle import StartStop
+
 # 10.231.<N>.0/24: N is picked per network so two clusters (or a leftover) never share one.
 SUBNET_PREFIX = "10.231"
 SERVER_SUFFIX = 1  # the server host (this machine's namespace): 10.231.N.1 on the bridge
@@ -54,7 +59,7 @@ def _run(*args: str) -> None:
         raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
 
 
-class HostNetwork:
+class HostNetwork(StartStop):
     """A bridge with the server's address and one namespace per host name, each on the bridge."""
 
     server_names = SERVER_NAMES
@@ -155,13 +160,3 @@ class HostNetwork:
             os.rmdir("/etc/netns")  # only when no other network left files there
         except OSError:
             pass
-
-    def __enter__(self) -> "HostNetwork":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

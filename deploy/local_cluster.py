@@ -62,6 +62,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+try:
+    from deploy.lifecycle import StartStop
+except ImportError:  # run as a script: deploy/ itself is on sys.path
+    from lifecycle import StartStop
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = REPO_ROOT / "deploy"
 WORKSPACE = DEPLOY_DIR / "workspace.yaml"
@@ -83,7 +88,7 @@ CLIENT_HOST = "client"  # with hosts: where the cluster's command (``chunkyard r
 CONTAINER_ENV_PREFIXES = ("CHUNKYARD_", "AWS_")
 
 
-class LocalCluster:
+class LocalCluster(StartStop):
     """PostgreSQL and ``workers`` celery worker processes under ``root`` (a fresh folder)."""
 
     def __init__(self, root: Path, *, workers: int = 2, lake: bool = True, max_concurrent_runs: int = 2,
@@ -513,16 +518,6 @@ class LocalCluster:
         if self.network is not None:
             self.network.stop()
             self.network = None
-
-    def __enter__(self) -> "LocalCluster":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def _interrupt(signum, frame) -> None:

@@ -22,6 +22,11 @@ import subprocess
 import sys
 from typing import Iterator
 
+try:
+    from deploy.lifecycle import StartStop
+except ImportError:  # run as a script: deploy/ itself is on sys.path
+    from lifecycle import StartStop
+
 # The child: moto's threaded server on the address argv[1], a port the OS picks; prints it, serves until stdin closes.
 _SERVE = """
 import sys
@@ -37,7 +42,7 @@ _SETUP_CALLS = 3
 REGION = "us-east-1"
 
 
-class S3Server:
+class S3Server(StartStop):
     """moto's S3 on 127.0.0.1 with one bucket and one access key; ``with S3Server() as s3: ...``.
 
     ``host``: the address it listens on (127.0.0.1 by default; a cluster's network address
@@ -120,13 +125,3 @@ class S3Server:
                 self.proc.wait()
         self.proc.stdout.close()
         self.proc = None
-
-    def __enter__(self) -> "S3Server":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
