@@ -9,10 +9,12 @@ listen on the bridge's address only. So a process on a host reaches the cluster'
 the way a process on another machine does: by name, over TCP, with a password, and nothing
 it does can fall back to a local socket or 127.0.0.1 by accident.
 
-What the hosts still share with this machine, and a real cluster would not: the file
-system (the installed code, the documents folder, each host's DAGSTER_HOME and TMPDIR
-under the cluster's root, so a path that leaked from one host to another would not fail
-here), the CPU and the memory.
+With a ``private_root`` (LocalCluster passes its folder) each host also gets a mount
+namespace in which that folder is empty but for the host's own ``hosts/<name>`` (its
+DAGSTER_HOME and TMPDIR): PostgreSQL's data and unix socket and the other hosts' folders are
+out of its sight. What the hosts still share with this machine, and a real cluster would
+not: the rest of the file system (the installed code, the documents folder, CHUNKYARD_DB's
+folder), the CPU and the memory.
 
 Needs root (CAP_NET_ADMIN), iproute2's ``ip`` (``ip netns exec`` bind-mounts
 ``/etc/netns/<namespace>/hosts`` over ``/etc/hosts`` for the command) and util-linux's
@@ -64,12 +66,15 @@ class HostNetwork(StartStop):
 
     server_names = SERVER_NAMES
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], private_root: str | os.PathLike | None = None) -> None:
+        """``private_root``: a folder that a host sees empty but for its own ``<private_root>/hosts/<name>``
+        (a mount namespace per command), as another machine would not see this one's disk there."""
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"host names must be distinct and at least one: {names}")
         if len(names) > 200:
             raise ValueError("at most 200 hosts on one /24")
         self.names = list(names)
+        self.private_root = os.path.abspath(private_root) if private_root is not None else None
         self.subnet: int | None = None
         self._made_namespaces: list[str] = []
         self._made_links: list[str] = []
@@ -95,14 +100,29 @@ class HostNetwork(StartStop):
     def bridge(self) -> str:
         return f"cy{self.subnet}br"  # interface names: at most 15 characters
 
+    def own_folder(self, name: str) -> str:
+        """Host ``name``'s own folder under ``private_root``: the one part of it the host sees."""
+        return os.path.join(self.private_root, "hosts", name)
+
     def prefix(self, name: str) -> list[str]:
         """The argv prefix that runs a command on host ``name``: in its namespace, with its host name.
 
         ``hostname`` inside a new UTS namespace changes the name for that command only, so a
-        celery worker's ``%h`` and Dagster's records show the host it ran on.
+        celery worker's ``%h`` and Dagster's records show the host it ran on. With a
+        ``private_root``, a new mount namespace too: the host's own folder is bound aside (on a
+        tmpfs over /mnt), an empty tmpfs covers ``private_root`` (the server's PostgreSQL data
+        and unix socket, the other hosts' folders), and the own folder is bound back at its path.
         """
-        return ["ip", "netns", "exec", self.namespace(name), "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', name]
+        if self.private_root is None:
+            return ["ip", "netns", "exec", self.namespace(name), "unshare", "--uts", "sh", "-c",
+                    'hostname "$0" && exec "$@"', name]
+        own = self.own_folder(name)
+        os.makedirs(own, exist_ok=True)
+        script = ('hostname "$0" && mount -t tmpfs chunkyard-aside /mnt && mkdir /mnt/own && '
+                  'mount --bind "$1" /mnt/own && mount -t tmpfs -o mode=755 chunkyard-hidden "$2" && '
+                  'mkdir -p "$1" && mount --bind /mnt/own "$1" && shift 2 && exec "$@"')
+        return ["ip", "netns", "exec", self.namespace(name), "unshare", "--uts", "--mount", "sh", "-c",
+                script, name, own, self.private_root]
 
     # -- lifecycle ------------------------------------------------------------------------
     def _free_subnet(self) -> int:

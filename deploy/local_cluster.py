@@ -244,8 +244,9 @@ class LocalCluster(StartStop):
         (``db``, ``objects``), and a DAGSTER_HOME (a copy of deploy/dagster.yaml) and TMPDIR of its own."""
         if self.network is None:
             raise RuntimeError("host_env needs a cluster started with hosts=True")
-        home = self.root / "hosts" / name / "dagster_home"
-        tmp = self.root / "hosts" / name / "tmp"
+        own = Path(self.network.own_folder(name))  # the one part of the cluster's folder the host sees
+        home = own / "dagster_home"
+        tmp = own / "tmp"
         for folder in (home, tmp):
             folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(DEPLOY_DIR / "dagster.yaml", home / "dagster.yaml")
@@ -465,7 +466,10 @@ class LocalCluster(StartStop):
             except ImportError:  # run as a script: deploy/ itself is on sys.path
                 from hosts import HostNetwork
 
-            self.network = HostNetwork([f"worker-{i}" for i in range(1, self.workers + 1)] + [CLIENT_HOST]).start()
+            # Each host sees none of the cluster's folder but its own (hosts/<name>): not PostgreSQL's
+            # data or unix socket, not the other hosts' DAGSTER_HOME.
+            self.network = HostNetwork([f"worker-{i}" for i in range(1, self.workers + 1)] + [CLIENT_HOST],
+                                       private_root=self.root).start()
         self._start_postgres()
         if self.s3:
             try:

@@ -51,7 +51,7 @@ def _on_host(network: HostNetwork, name: str, code: str) -> subprocess.Completed
                           timeout=60)
 
 
-def test_a_host_reaches_the_server_by_name_over_its_own_address_and_nothing_on_loopback():
+def test_a_host_reaches_the_server_by_name_over_its_own_address_and_sees_only_its_own_folder(tmp_path):
     unavailable = hosts_unavailable_reason()
     if unavailable:
         if os.environ.get("CI"):
@@ -62,7 +62,14 @@ def test_a_host_reaches_the_server_by_name_over_its_own_address_and_nothing_on_l
     local.bind(("127.0.0.1", 0))
     local.listen()
     local_port = local.getsockname()[1]
-    with HostNetwork(["worker-1", "client"]) as network:
+    # The cluster's folder: the server's files, and a folder per host.
+    private = tmp_path / "cluster"
+    (private / "pg").mkdir(parents=True)
+    (private / "pg" / "socket").write_text("the server's")
+    for name in ("worker-1", "client"):
+        (private / "hosts" / name).mkdir(parents=True)
+        (private / "hosts" / name / "mine").write_text(name)
+    with HostNetwork(["worker-1", "client"], private_root=private) as network:
         server = socket.socket()
         server.bind((network.server_address, 0))
         server.listen()
@@ -86,11 +93,19 @@ def test_a_host_reaches_the_server_by_name_over_its_own_address_and_nothing_on_l
                 "try:\n"
                 f"    socket.create_connection(('127.0.0.1', {local_port}), timeout=2); print('loopback reached')\n"
                 "except OSError:\n"
-                "    print('loopback refused')\n"))
+                "    print('loopback refused')\n"
+                "import os\n"
+                f"print(sorted(os.listdir({str(private)!r})), sorted(os.listdir({str(private / 'hosts')!r})))\n"
+                f"print(open({str(private / 'hosts' / name / 'mine')!r}).read())\n"
+                f"open({str(private / 'hosts' / name / 'written')!r}, 'w').write('by ' + {name!r})\n"))
             assert answer.returncode == 0, answer.stderr
             lines = answer.stdout.split("\n")
             assert lines[0].split() == [name] + [network.server_address] * len(SERVER_NAMES)
             assert lines[1:3] == ["ok", "loopback refused"]
+            # The server's folder and the other host's are out of sight; its own is there, writable.
+            assert lines[3] == f"['hosts'] [{name!r}]"
+            assert lines[4] == name
+            assert (private / "hosts" / name / "written").read_text() == f"by {name}"
         thread.join(timeout=10)
         assert sorted(peers) == sorted(network.address(n) for n in ("worker-1", "client"))
         assert socket.gethostname() not in ("worker-1", "client")  # the name changed on the host only
