@@ -500,3 +500,16 @@ def test_a_whitespace_piece_of_the_next_page_adds_no_page_to_the_chunk_it_is_pac
     offsets = [p.char_offset for p in doc.pages]
     for c in chunks:
         assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
+
+
+@pytest.mark.parametrize("reference_mode", [False, True])
+@pytest.mark.parametrize("text", ["x,", "a ", "ab,", "x:y"])
+def test_a_boundary_on_the_last_character_of_an_oversized_span_is_no_cut(tiktoken_tokenizer, reference_mode, text):
+    # Cutting just after a boundary on the span's last character gives the span itself back:
+    # the recursive split recursed until RecursionError (both modes; found by fuzzing).
+    config = SentenceConfig(max_tokens_per_section=1, semantic_overlap_percent=0, reference_mode=reference_mode)
+    chunks = chunk_sentence(ParsedDocument.from_text(text), config, tiktoken_tokenizer)
+    assert "".join(c.text.strip() for c in chunks) == text.replace(" ", "")
+    assert all(c.token_count <= 1 for c in chunks)
+    if text == "x,":
+        assert [c.text for c in chunks] == ["x", ","]
