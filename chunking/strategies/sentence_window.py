@@ -189,8 +189,8 @@ def _windows(text: str, units: "_Units", config: SentenceWindowConfig, count: Sp
     """
     sizes = units.sizes
     windows = _merge_small(_group(sizes, config), sizes, config)
-    if config.allow_oversize_sentences:
-        return windows
+    # (With allow_oversize_sentences too: it exempts one sentence, never a window of several,
+    # and no window of several holds a unit over max_size, which closes its window alone.)
     starts, ends, max_size = units.starts, units.ends, config.max_size
 
     def fits(a: int, b: int) -> bool:

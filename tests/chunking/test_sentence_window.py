@@ -188,3 +188,18 @@ def test_a_window_over_max_size_is_regrouped_so_chunks_stay_in_order_and_none_is
     assert_verbatim(text, chunks)
     for before, after in zip(chunks, chunks[1:]):
         assert before.char_start < after.char_start and before.char_end < after.char_end
+
+
+def test_allow_oversize_sentences_exempts_one_sentence_not_a_window_of_several(tokenizer):
+    # "。 \t" (2 tokens) and "ne" (1) sum to the cap of 3, but joined they count 4: with
+    # allow_oversize_sentences the window was not measured at all, and a chunk of two
+    # sentences passed max_size, which only a single sentence may (found by fuzzing).
+    text = "。 \tne"
+    chunks = chunk(text, tokenizer, chunk_size=3, min_size=0, overlap=0, allow_oversize_sentences=True)
+    assert [c.text for c in chunks] == ["。", "ne"]
+    assert all(c.token_count <= 3 for c in chunks)
+    assert_verbatim(text, chunks)
+    # A sentence over max_size is still kept whole.
+    long = chunk("One two three four five six seven. Go.", tokenizer, chunk_size=3, min_size=0, overlap=0,
+                 allow_oversize_sentences=True)
+    assert [c.text for c in long] == ["One two three four five six seven.", "Go."]
