@@ -319,15 +319,17 @@ class _RecursiveSplitter:
         Windows are found by searching on character positions with exact counts,
         so this works with any tokenizer (no token-to-char offset map needed). The
         next window starts as far back as ``overlap`` tokens allow, and where it would
-        end no further than the last one, where the last one ended: every window adds text.
+        add nothing but whitespace to the last one, where the last one ended: every
+        window adds text.
         """
         out: list[Span] = []
         s, last_end = start, start
         while s < end:
             e = self.longest_fitting_end(s, end)
-            if e <= last_end < end:
-                # What follows the last window takes more than the room the overlap leaves: this
-                # one would be a suffix of the last chunk, adding nothing.
+            if last_end < end and (e <= last_end or not self.text[last_end:e].strip()):
+                # What follows the last window takes more than the room the overlap leaves, or
+                # is only whitespace, which the chunk strips: this one would be a suffix of
+                # the last chunk, adding nothing.
                 s = last_end
                 e = self.longest_fitting_end(s, end)
             span = self.emit(s, e)

@@ -426,3 +426,14 @@ def test_each_token_window_adds_text_when_what_follows_does_not_fit_the_room_lef
     for a, b in zip(spans, spans[1:]):
         if b.start < a.end:
             assert len(cl100k.encode(text[b.start : a.end])) <= 3
+
+
+@pytest.mark.parametrize(("text", "separators"), [("abc\t", CJK_SEPARATORS), ("the ", ("\n\n", ""))])
+def test_a_token_window_that_adds_only_whitespace_is_no_chunk(text, separators):
+    # The window after "abc" starts at its overlap ("c") and ends past the last one only by
+    # whitespace, which the chunk strips: "c" was a chunk of its own, adding nothing to "abc"
+    # (found by fuzzing). Such a window starts where the last one ended, as one that would
+    # end no further does.
+    spans = split_recursive(text, CharTokenizer(), 3, 1, separators)
+    assert [s.text for s in spans] == [text.strip()]
+    assert_invariants(text, spans, CharTokenizer(), 3)
