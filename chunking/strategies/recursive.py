@@ -374,17 +374,21 @@ class _RecursiveSplitter:
         return lo
 
     def earliest_overlap_start(self, s: int, e: int) -> int:
-        """Smallest o in (s, e] whose tail text[o:e] is within the overlap budget."""
+        """Smallest o in (s, e] whose tail text[o:e] is within the overlap budget, stripped.
+
+        The tail is measured as the two chunks share it: both are stripped, and without
+        its leading whitespace a tail can take more tokens (" Über" is one fewer than "Über").
+        """
         if self.overlap == 0:
             return e
         tokens = self.tokenizer.encode(self.text[s:e])
         suffix = self.tokenizer.decode(tokens[-self.overlap :])
-        if suffix and self.text.endswith(suffix, s, e) and self.count(e - len(suffix), e) <= self.overlap:
+        if suffix and self.text.endswith(suffix, s, e) and self.count(*self.strip(e - len(suffix), e)) <= self.overlap:
             return e - len(suffix)
         lo, hi = s, e  # tail from hi fits (empty), tail from lo does not (it is the whole window)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.count(mid, e) <= self.overlap:
+            if self.count(*self.strip(mid, e)) <= self.overlap:
                 hi = mid
             else:
                 lo = mid
