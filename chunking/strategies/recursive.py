@@ -297,7 +297,9 @@ class _RecursiveSplitter:
             while s != e and not fits(s, e, cap) and j - 1 > i:
                 j -= 1
                 s, e = self.strip(starts[i], ends[j - 1])
-            if s != e:
+            # A window past the last one only by whitespace (its overlap, then a piece of only
+            # whitespace, which the chunk strips) is a suffix of the last chunk: nothing to add.
+            if s != e and (not out or e > out[-1][1]):
                 out.append((s, e))
             if j >= n:
                 break

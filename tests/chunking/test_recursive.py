@@ -451,3 +451,13 @@ def test_token_window_overlap_is_measured_on_the_shared_text_as_the_chunks_hold_
         assert a.start < b.start and a.end < b.end
         if b.start < a.end:
             assert len(cl100k.encode(text[b.start : a.end])) <= 3
+
+
+def test_a_packed_window_that_adds_only_whitespace_is_no_chunk():
+    # "ab" + " c" is the first window; the next takes " c" as its overlap and the whitespace
+    # piece " \t\t\t" after it, which the chunk strips: "c" was a chunk of its own, adding
+    # nothing to "ab c" (found by fuzzing with custom separators; the default ones too).
+    text = "ab c \t\t\t"
+    spans = split_recursive(text, CharTokenizer(), 6, 2)
+    assert [s.text for s in spans] == ["ab c"]
+    assert_invariants(text, spans, CharTokenizer(), 6)
