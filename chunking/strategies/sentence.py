@@ -480,7 +480,9 @@ class _Splitter:
 
     @cached_property
     def word_break_pattern(self) -> re.Pattern[str]:
-        return re.compile("[" + "".join(re.escape(c) for c in sorted(self.breaks)) + "]" if self.breaks else "(?!)")
+        # One break character, as the overlap reads them (break_char_pattern): a class of every
+        # break joined was "[]" for word_breaks=("",) (re.error), and "a b" broke at "a", " " and "b".
+        return self.break_char_pattern
 
     # -- accumulation ----------------------------------------------------------------
 
