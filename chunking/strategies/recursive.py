@@ -297,7 +297,9 @@ class _RecursiveSplitter:
             while s != e and not fits(s, e, cap) and j - 1 > i:
                 j -= 1
                 s, e = self.strip(starts[i], ends[j - 1])
-            if s != e:
+            # A window past the last one only by whitespace (its overlap, then a piece of only
+            # whitespace, which the chunk strips) is a suffix of the last chunk: nothing to add.
+            if s != e and (not out or e > out[-1][1]):
                 out.append((s, e))
             if j >= n:
                 break
@@ -319,15 +321,17 @@ class _RecursiveSplitter:
         Windows are found by searching on character positions with exact counts,
         so this works with any tokenizer (no token-to-char offset map needed). The
         next window starts as far back as ``overlap`` tokens allow, and where it would
-        end no further than the last one, where the last one ended: every window adds text.
+        add nothing but whitespace to the last one, where the last one ended: every
+        window adds text.
         """
         out: list[Span] = []
         s, last_end = start, start
         while s < end:
             e = self.longest_fitting_end(s, end)
-            if e <= last_end < end:
-                # What follows the last window takes more than the room the overlap leaves: this
-                # one would be a suffix of the last chunk, adding nothing.
+            if last_end < end and (e <= last_end or not self.text[last_end:e].strip()):
+                # What follows the last window takes more than the room the overlap leaves, or
+                # is only whitespace, which the chunk strips: this one would be a suffix of
+                # the last chunk, adding nothing.
                 s = last_end
                 e = self.longest_fitting_end(s, end)
             span = self.emit(s, e)
@@ -372,17 +376,21 @@ class _RecursiveSplitter:
         return lo
 
     def earliest_overlap_start(self, s: int, e: int) -> int:
-        """Smallest o in (s, e] whose tail text[o:e] is within the overlap budget."""
+        """Smallest o in (s, e] whose tail text[o:e] is within the overlap budget, stripped.
+
+        The tail is measured as the two chunks share it: both are stripped, and without
+        its leading whitespace a tail can take more tokens (" Über" is one fewer than "Über").
+        """
         if self.overlap == 0:
             return e
         tokens = self.tokenizer.encode(self.text[s:e])
         suffix = self.tokenizer.decode(tokens[-self.overlap :])
-        if suffix and self.text.endswith(suffix, s, e) and self.count(e - len(suffix), e) <= self.overlap:
+        if suffix and self.text.endswith(suffix, s, e) and self.count(*self.strip(e - len(suffix), e)) <= self.overlap:
             return e - len(suffix)
         lo, hi = s, e  # tail from hi fits (empty), tail from lo does not (it is the whole window)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.count(mid, e) <= self.overlap:
+            if self.count(*self.strip(mid, e)) <= self.overlap:
                 hi = mid
             else:
                 lo = mid

@@ -259,9 +259,12 @@ def _sentences_in(text: str, start: int, end: int, pattern: re.Pattern[str] | No
     else:
         spans, pos = [], 0
         for match in pattern.finditer(region):
-            if match.start() > pos:
-                spans.append((pos, match.start()))
-            pos = max(pos, match.end())
+            # The match ends the unit before it: cut after it, not around it, or text the
+            # regex matches ("x", a ";") would be in no unit and no chunk. A match of only
+            # whitespace (the reference's) is trimmed away as before.
+            if match.end() > pos:
+                spans.append((pos, match.end()))
+                pos = match.end()
         spans.append((pos, len(region)))
     return _trimmed(text, [(start + s, start + e) for s, e in spans])
 

@@ -453,7 +453,10 @@ class _Splitter:
         cut = boundaries.nearest(self.sentence_end_pattern, middle, lo, hi)
         if cut is None:
             cut = boundaries.nearest(self.word_break_pattern, middle, lo, hi)
-        if cut is not None:
+        # A boundary on the span's last character (a span of two characters: nowhere else is
+        # within [lo, hi)) is no cut: just after it is the span itself again, and the recursion
+        # never ended (the reference's neither). The midpoint split gives the two characters.
+        if cut is not None and cut + 1 < end:
             # Split just after the boundary character: it stays in the first half.
             return self.split_oversized(start, cut + 1, duplicated, boundaries, density) + self.split_oversized(
                 cut + 1, end, duplicated, boundaries, density
@@ -477,7 +480,9 @@ class _Splitter:
 
     @cached_property
     def word_break_pattern(self) -> re.Pattern[str]:
-        return re.compile("[" + "".join(re.escape(c) for c in sorted(self.breaks)) + "]" if self.breaks else "(?!)")
+        # One break character, as the overlap reads them (break_char_pattern): a class of every
+        # break joined was "[]" for word_breaks=("",) (re.error), and "a b" broke at "a", " " and "b".
+        return self.break_char_pattern
 
     # -- accumulation ----------------------------------------------------------------
 

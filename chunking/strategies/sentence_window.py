@@ -44,7 +44,7 @@ Where we differ from the seeds, on purpose:
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -169,10 +169,38 @@ def window_spans(
     config's unit does (the caller's span counter, shared to tokenize once).
     """
     measure = _measuring_tokenizer(config, tokenizer)
-    units = _units(text, config, measure, count or span_counter(measure, text))
-    windows = _merge_small(_group(units.sizes, config), units.sizes, config)
+    count = count or span_counter(measure, text)
+    units = _units(text, config, measure, count)
+    windows = _windows(text, units, config, count)
     starts, ends = units.starts, units.ends
     return [span for span in (_trim(text, starts[a], ends[b - 1]) for a, b in windows) if span[1] > span[0]]
+
+
+def _windows(text: str, units: "_Units", config: SentenceWindowConfig, count: SpanCount) -> list[tuple[int, int]]:
+    """Windows ``[a, b)`` of unit indices, each (of more than one unit) within ``max_size`` as measured.
+
+    Grouped by summed unit sizes; a window measured over ``max_size`` although its sizes sum
+    within it (the pieces of a split sentence are sized without the whitespace between
+    them; BPE can count a join higher than its parts) makes the whole document grouped
+    again, each window also measured. Re-splitting such a window after grouping broke
+    the windows after it: the next one had taken its trailing units as overlap, and
+    repeated a re-split piece whole, or started before it. The measured grouping is the
+    rare path: a document whose windows all fit is grouped exactly as before.
+    """
+    sizes = units.sizes
+    windows = _merge_small(_group(sizes, config), sizes, config)
+    # (With allow_oversize_sentences too: it exempts one sentence, never a window of several,
+    # and no window of several holds a unit over max_size, which closes its window alone.)
+    starts, ends, max_size = units.starts, units.ends, config.max_size
+
+    def fits(a: int, b: int) -> bool:
+        """Whether units ``[a, b)`` joined and trimmed measure within ``max_size``."""
+        return count(*_trim(text, starts[a], ends[b - 1])) <= max_size
+
+    several = [_trim(text, starts[a], ends[b - 1]) for a, b in windows if b - a > 1]
+    if all(n <= max_size for n in count_spans(count, [a for a, _ in several], [b for _, b in several])):
+        return windows
+    return _merge_small(_group(sizes, config, fits), sizes, config, fits)
 
 
 def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> Tokenizer:
@@ -262,15 +290,18 @@ class _OffsetCount:
         return count_spans(self.document_count, [s + offset for s in starts], [e + offset for e in ends])
 
 
-def _group(sizes: list[int], config: SentenceWindowConfig) -> list[tuple[int, int]]:
-    """Windows ``[a, b)`` of unit indices (``sizes``: of each unit): greedy fill, then whole-sentence overlap."""
+def _group(sizes: list[int], config: SentenceWindowConfig, fits: _Fits | None = None) -> list[tuple[int, int]]:
+    """Windows ``[a, b)`` of unit indices (``sizes``: of each unit): greedy fill, then whole-sentence overlap.
+
+    ``fits(a, b)``, when given, must also hold for every window of more than one unit.
+    """
     windows: list[tuple[int, int]] = []
     a, size = 0, 0
     chunk_size = config.chunk_size
     for i, n in enumerate(sizes):
-        if i > a and size + n > chunk_size:
+        if i > a and (size + n > chunk_size or (fits is not None and not fits(a, i + 1))):
             windows.append((a, i))
-            a, size = _overlap_start(sizes, a, i, size, n, config)
+            a, size = _overlap_start(sizes, a, i, size, n, config, fits)
         size += n
     if a < len(sizes):
         windows.append((a, len(sizes)))
@@ -278,29 +309,40 @@ def _group(sizes: list[int], config: SentenceWindowConfig) -> list[tuple[int, in
 
 
 def _overlap_start(
-    sizes: list[int], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig
+    sizes: list[int], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig, fits: _Fits | None = None
 ) -> tuple[int, int]:
-    """Start of the next window: trailing sentences of [a, b) within the overlap budget."""
+    """Start of the next window: trailing sentences of [a, b) within the overlap budget (and ``fits`` with unit ``b``)."""
     budget = config.overlap if config.overlap is not None else int(size * (config.overlap_ratio or 0))
     start, carried = b, 0
     # Never the whole window (every chunk must add text) and always room for the next sentence.
-    while start - 1 > a and carried + sizes[start - 1] <= budget and carried + sizes[start - 1] + next_size <= config.chunk_size:
+    while (
+        start - 1 > a
+        and carried + sizes[start - 1] <= budget
+        and carried + sizes[start - 1] + next_size <= config.chunk_size
+        and (fits is None or fits(start - 1, b + 1))
+    ):
         start -= 1
         carried += sizes[start]
     return start, carried
 
 
-def _merge_small(windows: list[tuple[int, int]], sizes: list[int], config: SentenceWindowConfig) -> list[tuple[int, int]]:
+def _merge_small(
+    windows: list[tuple[int, int]], sizes: list[int], config: SentenceWindowConfig, fits: _Fits | None = None
+) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for a, b in windows:
         size = sum(sizes[a:b])
         if out and size < config.min_size:
             pa, _ = out[-1]
-            if sum(sizes[pa:b]) <= config.max_size:
+            if sum(sizes[pa:b]) <= config.max_size and (fits is None or fits(pa, b)):
                 out[-1] = (pa, b)
                 continue
         out.append((a, b))
     return out
+
+
+# ``fits(a, b)``: whether the window of units ``[a, b)`` measures within ``max_size`` (``_windows``).
+_Fits = Callable[[int, int], bool]
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:

@@ -33,7 +33,8 @@ chunking_by_token_size`` reproduces it, ``reference_windows=True``):
   U+FFFD; here the text is the source slice (compat keeps this fix too).
 * The reference reports the window's token count; a chunk here reports the
   count of its own (stripped) text, and a window whose text re-encodes to more
-  than the cap (BPE context at a cut) is shortened by a token until it fits.
+  than the cap (BPE context at a cut) is shortened by a token until it fits (a
+  window of one token still over it is cut by characters).
 * The reference keeps starting windows every stride up to the last token, so
   its final windows can lie wholly inside the one before (pure duplicates);
   here windowing stops at the window that reaches the end. Windows that hold
@@ -51,7 +52,7 @@ from pydantic import Field
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec, TokenBudgetConfig
-from chunking.tokenizers import Tokenizer, count_tokens, span_counter
+from chunking.tokenizers import SpanCount, Tokenizer, count_tokens, span_counter
 
 
 class TokenConfig(TokenBudgetConfig):
@@ -201,11 +202,29 @@ def token_windows(
             last -= 1
             start, end = _stripped(text, offsets.char_at(first), offsets.char_at(last))
             tokens = count(start, end)
-        if end > start:
+        if tokens > chunk_token_size and end - start > 1:
+            # One token, over the cap once stripped (" café" is one token, "café" two): no token
+            # to give back, so its text is cut by characters; only a single character may pass the cap.
+            for piece_start, piece_end, piece_tokens in _within_cap_by_characters(text, start, end, chunk_token_size, count):
+                yield TokenWindow(base + piece_start, base + piece_end, text[piece_start:piece_end], piece_tokens, 1)
+        elif end > start:
             yield TokenWindow(base + start, base + end, text[start:end], tokens, last - first)
         if last >= n:
             return
         first = max(last - chunk_overlap_token_size, first + 1)
+
+
+def _within_cap_by_characters(text: str, start: int, end: int, cap: int, count: SpanCount) -> Iterator[tuple[int, int, int]]:
+    """``text[start:end]`` (stripped) cut into the longest stripped pieces within ``cap`` tokens, in
+    order, as ``(start, end, tokens)``; a single character over the cap is a piece of its own."""
+    while start < end:
+        stop = start + 1
+        while stop < end and count(*_stripped(text, start, stop + 1)) <= cap:
+            stop += 1
+        piece_start, piece_end = _stripped(text, start, stop)
+        if piece_end > piece_start:
+            yield piece_start, piece_end, count(piece_start, piece_end)
+        start = stop
 
 
 def split_token_size(

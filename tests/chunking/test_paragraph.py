@@ -924,3 +924,15 @@ def test_spans_of_every_piece_on_the_fixtures(tok):
         for n in (60, 200):
             for c in run(doc, tok, n, overlap=n // 4):
                 _assert_own_span(doc, c)
+
+
+def test_glued_heading_that_fills_the_cap_lists_only_the_blocks_each_piece_holds():
+    # A body-less heading glued to its child, the heading alone at the cap: the glued text is
+    # split by R, and every piece listed both blocks, the heading's piece the child's block
+    # and the child's piece the heading's (found by fuzzing).
+    doc = with_spans([
+        Block(block_id="b1", index=0, heading="节 1", level=2, content="# 节 1"),
+        Block(block_id="b3", index=1, heading="2.3 Part", level=3, parent_headings=["节 1", "节 2"], content="é"),
+    ])
+    chunks = chunk_paragraph(doc, ParagraphConfig(chunk_token_size=7, chunk_overlap_token_size=3), default_tokenizer())
+    assert [(c.text, c.block_ids) for c in chunks] == [("# 节 1", ["b1"]), ("é", ["b3"])]

@@ -426,3 +426,38 @@ def test_each_token_window_adds_text_when_what_follows_does_not_fit_the_room_lef
     for a, b in zip(spans, spans[1:]):
         if b.start < a.end:
             assert len(cl100k.encode(text[b.start : a.end])) <= 3
+
+
+@pytest.mark.parametrize(("text", "separators"), [("abc\t", CJK_SEPARATORS), ("the ", ("\n\n", ""))])
+def test_a_token_window_that_adds_only_whitespace_is_no_chunk(text, separators):
+    # The window after "abc" starts at its overlap ("c") and ends past the last one only by
+    # whitespace, which the chunk strips: "c" was a chunk of its own, adding nothing to "abc"
+    # (found by fuzzing). Such a window starts where the last one ended, as one that would
+    # end no further does.
+    spans = split_recursive(text, CharTokenizer(), 3, 1, separators)
+    assert [s.text for s in spans] == [text.strip()]
+    assert_invariants(text, spans, CharTokenizer(), 3)
+
+
+def test_token_window_overlap_is_measured_on_the_shared_text_as_the_chunks_hold_it(cl100k):
+    # The overlap start was found on the window's tail with its leading whitespace,
+    # " Über日한" (3 tokens), but the next chunk starts stripped, so the two chunks shared
+    # "Über日한", 4 tokens, over the overlap of 3 (found by fuzzing).
+    text = "xxxxxxxxxxxxxxeé\t Über日한語"
+    spans = split_recursive(text, cl100k, 10, 3, ("",))
+    assert_invariants(text, spans, cl100k, 10)
+    assert len(spans) > 1
+    for a, b in zip(spans, spans[1:]):
+        assert a.start < b.start and a.end < b.end
+        if b.start < a.end:
+            assert len(cl100k.encode(text[b.start : a.end])) <= 3
+
+
+def test_a_packed_window_that_adds_only_whitespace_is_no_chunk():
+    # "ab" + " c" is the first window; the next takes " c" as its overlap and the whitespace
+    # piece " \t\t\t" after it, which the chunk strips: "c" was a chunk of its own, adding
+    # nothing to "ab c" (found by fuzzing with custom separators; the default ones too).
+    text = "ab c \t\t\t"
+    spans = split_recursive(text, CharTokenizer(), 6, 2)
+    assert [s.text for s in spans] == ["ab c"]
+    assert_invariants(text, spans, CharTokenizer(), 6)

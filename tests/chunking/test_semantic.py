@@ -486,3 +486,16 @@ def test_strategy_without_embedder_falls_back_and_says_so():
     )
     assert [c.text for c in chunks] == [s.text for s in split_recursive(doc.text, CHAR, 40, 5)]
     assert all(c.metadata["fallback"].startswith("recursive_character") for c in chunks)
+
+
+def test_text_a_sentence_regex_matches_stays_in_the_unit_before_it():
+    # The units were the text between matches, so what the regex matched was in no unit and
+    # no chunk: with "x", "axb" lost its "x" (found by fuzzing), against "together cover every
+    # non-whitespace character". The match now ends the unit before it; a match of only
+    # whitespace (the reference regex) or of nothing is trimmed away as before.
+    assert sentence_units("axb", "x") == [(0, 2), (2, 3)]
+    assert sentence_units("One. Two!  Three", r"(?<=[.?!])\s+") == [(0, 4), (5, 9), (11, 16)]
+    assert sentence_units("Stop here; go on", "; ") == [(0, 10), (11, 16)]
+    text = "alpha x beta x gamma"
+    spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=6, sentence_split_regex="x")
+    assert "".join(s.text for s in spans).replace(" ", "") == text.replace(" ", "")

@@ -500,3 +500,30 @@ def test_a_whitespace_piece_of_the_next_page_adds_no_page_to_the_chunk_it_is_pac
     offsets = [p.char_offset for p in doc.pages]
     for c in chunks:
         assert (c.page_start, c.page_end) == (doc.page_at(c.char_start, offsets), doc.page_at(c.char_end - 1, offsets))
+
+
+@pytest.mark.parametrize("reference_mode", [False, True])
+@pytest.mark.parametrize("text", ["x,", "a ", "ab,", "x:y"])
+def test_a_boundary_on_the_last_character_of_an_oversized_span_is_no_cut(tiktoken_tokenizer, reference_mode, text):
+    # Cutting just after a boundary on the span's last character gives the span itself back:
+    # the recursive split recursed until RecursionError (both modes; found by fuzzing).
+    config = SentenceConfig(max_tokens_per_section=1, semantic_overlap_percent=0, reference_mode=reference_mode)
+    chunks = chunk_sentence(ParsedDocument.from_text(text), config, tiktoken_tokenizer)
+    assert "".join(c.text.strip() for c in chunks) == text.replace(" ", "")
+    assert all(c.token_count <= 1 for c in chunks)
+    if text == "x,":
+        assert [c.text for c in chunks] == ["x", ","]
+
+
+@pytest.mark.parametrize("reference_mode", [False, True])
+def test_word_breaks_of_no_single_character_split_at_the_midpoint_instead_of_failing(tiktoken_tokenizer, reference_mode):
+    # The word-break pattern was a character class of every break joined, so word_breaks=("",)
+    # compiled "[]" and the split of an oversized span failed with re.error (found by fuzzing
+    # the Azure compat splitter, whose word_breaks a caller may set). A break is one character,
+    # as the overlap's break test and the reference's ``text[i] in word_breaks`` read it.
+    text = "hello world again and again"
+    config = SentenceConfig(max_tokens_per_section=2, semantic_overlap_percent=0, split_overlap_percent=0, word_breaks=("",),
+                            reference_mode=reference_mode)
+    chunks = chunk_sentence(ParsedDocument.from_text(text), config, tiktoken_tokenizer)
+    assert all(c.token_count <= 2 for c in chunks)
+    assert "".join(c.text for c in chunks).replace(" ", "") == text.replace(" ", "")

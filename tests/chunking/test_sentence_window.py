@@ -174,3 +174,32 @@ def test_estimate_sizes_every_chunk_by_the_estimate_even_a_re_split_window(token
     chunks = chunk(text, tokenizer, estimate=True, chunk_size=size, overlap=0, min_size=0)
     assert all(c.token_count == -(-len(c.text) // 4) <= size for c in chunks)
     assert_verbatim(text, chunks)
+
+
+def test_a_window_over_max_size_is_regrouped_so_chunks_stay_in_order_and_none_is_repeated(tokenizer):
+    # "Quick brown, fox. " is over max_size: its pieces "Quick", "brown,", "fox." are sized
+    # without the spaces between them, so "Quick" + "brown," (11 by the sum) made a 12-character
+    # window. Re-split after grouping, it gave "Quick" and "brown,", and the next window, which
+    # had taken "brown," as its overlap, repeated that chunk whole: "brown," then "brown, fox."
+    # (found by fuzzing). The window is now closed before the unit that takes it over max_size.
+    text = "Quick brown, fox. Go."
+    chunks = chunk(text, tokenizer, unit="chars", chunk_size=11, min_size=0, overlap_ratio=0.9)
+    assert [c.text for c in chunks] == ["Quick", "brown, fox.", "fox. Go."]
+    assert_verbatim(text, chunks)
+    for before, after in zip(chunks, chunks[1:]):
+        assert before.char_start < after.char_start and before.char_end < after.char_end
+
+
+def test_allow_oversize_sentences_exempts_one_sentence_not_a_window_of_several(tokenizer):
+    # "。 \t" (2 tokens) and "ne" (1) sum to the cap of 3, but joined they count 4: with
+    # allow_oversize_sentences the window was not measured at all, and a chunk of two
+    # sentences passed max_size, which only a single sentence may (found by fuzzing).
+    text = "。 \tne"
+    chunks = chunk(text, tokenizer, chunk_size=3, min_size=0, overlap=0, allow_oversize_sentences=True)
+    assert [c.text for c in chunks] == ["。", "ne"]
+    assert all(c.token_count <= 3 for c in chunks)
+    assert_verbatim(text, chunks)
+    # A sentence over max_size is still kept whole.
+    long = chunk("One two three four five six seven. Go.", tokenizer, chunk_size=3, min_size=0, overlap=0,
+                 allow_oversize_sentences=True)
+    assert [c.text for c in long] == ["One two three four five six seven.", "Go."]

@@ -236,3 +236,14 @@ def test_property_exact_offsets_and_counts(text, size, overlap_share):
             assert d["content"] == r["content"]
         if d["content"]:
             assert text[d["_source_span"]["start"]:d["_source_span"]["end"]] == d["content"]
+
+
+@pytest.mark.parametrize(("text", "pieces"), [(" café", ["caf", "é"]), ("Über café ", ["Ü", "ber", "caf", "é"])])
+def test_a_one_token_window_over_the_cap_once_stripped_is_cut_by_characters(text, pieces):
+    # " café" is one token, "café" two ("ca" + "fé"): at a cap of 1 the window could give back
+    # no token, and "café" was emitted with 2 tokens, against the cap, whose only exception
+    # is a single character (found by fuzzing). Its text is now cut into characters within the cap.
+    tok = default_tokenizer()
+    chunks = chunk_text(text, "token", chunk_token_size=1, chunk_overlap_token_size=0)
+    assert [c.text for c in chunks] == pieces
+    _check(text, chunks, tok, 1)

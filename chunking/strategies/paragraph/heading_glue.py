@@ -16,6 +16,7 @@ from chunking.strategies.paragraph.model import (
     _join,
     _lines_of,
     _section,
+    _source_of,
     _try_join,
     log,
 )
@@ -75,8 +76,11 @@ def _bond(chain: Sequence[Section], ctx: _Context) -> list[Section]:
     log.debug("paragraph_semantic: glued heading %r over the cap; re-splitting its body", prefix.heading)
     prefix_tokens = ctx.count_at(prefix.content + BLOCK_JOINER, _at(prefix.paragraphs))
     if prefix_tokens >= cap:
+        # Each piece lists the blocks it holds (a piece of the heading alone is not built from
+        # the child, nor one of the body from the heading), as any piece of a split section.
         return [
-            _section(prefix, _lines_of(whole.paragraphs, whole.content, s.start, s.end), ctx, sources=whole.sources)
+            _section(prefix, _lines_of(whole.paragraphs, whole.content, s.start, s.end), ctx,
+                     sources=_source_of(whole.paragraphs, whole.content, s.start, s.end)[1] or whole.sources)
             for s in ctx.recursive(whole.content, cap, ctx.overlap)
         ]
     counts = ctx.count_lines(child.paragraphs)
