@@ -44,6 +44,8 @@ Where we differ from the seeds, on purpose:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -179,28 +181,21 @@ def window_spans(
 def _windows(text: str, units: "_Units", config: SentenceWindowConfig, count: SpanCount) -> list[tuple[int, int]]:
     """Windows ``[a, b)`` of unit indices, each (of more than one unit) within ``max_size`` as measured.
 
-    Grouped by summed unit sizes; a window measured over ``max_size`` although its sizes sum
-    within it (the pieces of a split sentence are sized without the whitespace between
-    them; BPE can count a join higher than its parts) makes the whole document grouped
-    again, each window also measured. Re-splitting such a window after grouping broke
-    the windows after it: the next one had taken its trailing units as overlap, and
-    repeated a re-split piece whole, or started before it. The measured grouping is the
-    rare path: a document whose windows all fit is grouped exactly as before.
+    Grouped by summed unit sizes, and each window measured once as it closes: a window can
+    measure over ``max_size`` although its sizes sum within it (the pieces of a split
+    sentence are sized without the whitespace between them; BPE can count a join higher
+    than its parts). Re-splitting such a window after grouping broke the windows after it
+    (the next one had taken its trailing units as overlap, and repeated a re-split piece
+    whole, or started before it); grouping with the measure keeps them in order.
+    (With allow_oversize_sentences too: it exempts one sentence, never a window of several.)
     """
-    sizes = units.sizes
-    windows = _merge_small(_group(sizes, config), sizes, config)
-    # (With allow_oversize_sentences too: it exempts one sentence, never a window of several,
-    # and no window of several holds a unit over max_size, which closes its window alone.)
     starts, ends, max_size = units.starts, units.ends, config.max_size
 
     def fits(a: int, b: int) -> bool:
         """Whether units ``[a, b)`` joined and trimmed measure within ``max_size``."""
         return count(*_trim(text, starts[a], ends[b - 1])) <= max_size
 
-    several = [_trim(text, starts[a], ends[b - 1]) for a, b in windows if b - a > 1]
-    if all(n <= max_size for n in count_spans(count, [a for a, _ in several], [b for _, b in several])):
-        return windows
-    return _merge_small(_group(sizes, config, fits), sizes, config, fits)
+    return _merge_small(_group(units.sizes, config, fits), units.sizes, config, fits)
 
 
 def _measuring_tokenizer(config: SentenceWindowConfig, tokenizer: Tokenizer) -> Tokenizer:
@@ -293,37 +288,45 @@ class _OffsetCount:
 def _group(sizes: list[int], config: SentenceWindowConfig, fits: _Fits | None = None) -> list[tuple[int, int]]:
     """Windows ``[a, b)`` of unit indices (``sizes``: of each unit): greedy fill, then whole-sentence overlap.
 
-    ``fits(a, b)``, when given, must also hold for every window of more than one unit.
+    Invariants: windows are in order and each ends past the last one (every chunk adds
+    text); a window of more than one unit sums within ``chunk_size`` and, when ``fits`` is
+    given, ``fits(a, b)``. ``fits`` is asked once per window, as it closes: a window that
+    fails gives back its last units until it fits (and, if that leaves it nothing past the
+    last window, carries one unit less of overlap), so a document whose windows all fit is
+    grouped exactly as without it, at one measure per window.
     """
+    prefix = list(accumulate(sizes, initial=0))
+    n_units, chunk_size = len(sizes), config.chunk_size
     windows: list[tuple[int, int]] = []
-    a, size = 0, 0
-    chunk_size = config.chunk_size
-    for i, n in enumerate(sizes):
-        if i > a and (size + n > chunk_size or (fits is not None and not fits(a, i + 1))):
-            windows.append((a, i))
-            a, size = _overlap_start(sizes, a, i, size, n, config, fits)
-        size += n
-    if a < len(sizes):
-        windows.append((a, len(sizes)))
+    a = 0
+    while a < n_units:
+        last_end = windows[-1][1] if windows else 0
+        while True:
+            # As many units from a as sum within chunk_size (the first always: one unit over
+            # it closes its window alone).
+            b = max(a + 1, bisect_right(prefix, prefix[a] + chunk_size) - 1)
+            if fits is not None:
+                while b - a > 1 and not fits(a, b):
+                    b -= 1
+            if b > last_end:
+                break
+            a += 1  # a <= last_end - 1 here: at a == last_end, b > last_end
+        windows.append((a, b))
+        if b >= n_units:
+            break
+        a = _overlap_start(sizes, a, b, prefix[b] - prefix[a], sizes[b], config)
     return windows
 
 
-def _overlap_start(
-    sizes: list[int], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig, fits: _Fits | None = None
-) -> tuple[int, int]:
-    """Start of the next window: trailing sentences of [a, b) within the overlap budget (and ``fits`` with unit ``b``)."""
+def _overlap_start(sizes: list[int], a: int, b: int, size: int, next_size: int, config: SentenceWindowConfig) -> int:
+    """Start of the next window: trailing sentences of [a, b) within the overlap budget."""
     budget = config.overlap if config.overlap is not None else int(size * (config.overlap_ratio or 0))
     start, carried = b, 0
     # Never the whole window (every chunk must add text) and always room for the next sentence.
-    while (
-        start - 1 > a
-        and carried + sizes[start - 1] <= budget
-        and carried + sizes[start - 1] + next_size <= config.chunk_size
-        and (fits is None or fits(start - 1, b + 1))
-    ):
+    while start - 1 > a and carried + sizes[start - 1] <= budget and carried + sizes[start - 1] + next_size <= config.chunk_size:
         start -= 1
         carried += sizes[start]
-    return start, carried
+    return start
 
 
 def _merge_small(
