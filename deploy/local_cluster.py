@@ -109,6 +109,10 @@ class LocalCluster(StartStop):
         if image is not None and not hosts:
             raise ValueError("image=... runs the workers in containers that reach the cluster over the network: "
                              "it needs hosts=True")
+        docs = self.extra_env.get("CHUNKYARD_DOCS")
+        if hosts and docs and Path(docs).resolve().is_relative_to(self.root):
+            raise ValueError(f"CHUNKYARD_DOCS={docs} is inside the cluster's folder {self.root}, which hosts do not "
+                             "see (deploy/hosts.py): keep the documents elsewhere, as a folder every machine mounts")
         self.s3 = s3
         self.hosts = hosts
         self.image = image

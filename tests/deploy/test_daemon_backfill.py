@@ -262,7 +262,8 @@ def test_backfill_runs_as_queued_range_runs_then_sensor_and_automation(tmp_path,
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from deploy.local_cluster import MAX_CONNECTIONS, LocalCluster
 
-    docs = _documents_folder(cluster_root)
+    # The documents folder every machine mounts: outside the cluster's own folder, which hosts do not see.
+    docs = _documents_folder(tmp_path)
     documents = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*") if p.is_file())
     assert len(documents) == 6 and EDITED in documents
     assert STALE in documents and STALE not in (EDITED, TOUCHED)
