@@ -134,10 +134,12 @@ class LocalCluster(StartStop):
         # "stop": the server stops when this process exits even if stop() is never reached.
         self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
         if self.max_connections() < MAX_CONNECTIONS:
-            # The limit is read only at start-up: set it, stop the server, start it again.
+            # The limit is read only at start-up: set it, then start the server again (with
+            # hosts, once, when it starts listening on the network).
             self.server.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
-            self.server.cleanup()
-            self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            if self.network is None:
+                self.server.cleanup()
+                self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
         if self.network is not None:
             self._listen_on_network()
         for database in ("dagster", "celery"):
@@ -268,6 +270,11 @@ class LocalCluster(StartStop):
         env.update(self.extra_env)
         return env
 
+    def client_env(self) -> dict[str, str]:
+        """The environment of the cluster's command (``chunkyard run``): on host ``client`` with
+        hosts, else this machine's (:attr:`env`); run it through :meth:`host_command`."""
+        return self.host_env(CLIENT_HOST) if self.network is not None else self.env
+
     def host_command(self, name: str, command: list[str]) -> list[str]:
         """``command`` run on host ``name`` (with ``hosts=True``), else as it is."""
         return self.network.prefix(name) + command if self.network is not None else command
@@ -316,13 +323,14 @@ class LocalCluster(StartStop):
         if self.image is None:
             return self.network.prefix(host) + [sys.executable, "-m", *celery], env
         # A file, not -e: the passwords stay out of the process list.
-        env_file = self.root / "hosts" / host / "container.env"
+        env_file = Path(self.network.own_folder(host)) / "container.env"
         env_file.write_text("".join(f"{key}={value}\n" for key, value in sorted(env.items())
                                     if key.startswith(CONTAINER_ENV_PREFIXES)))
         env_file.chmod(0o600)
         mounts = []
         if env.get("CHUNKYARD_DOCS"):
-            mounts.append(f"--volume={Path(env['CHUNKYARD_DOCS']).resolve()}:{Path(env['CHUNKYARD_DOCS']).resolve()}:ro")
+            docs = Path(env["CHUNKYARD_DOCS"]).resolve()
+            mounts.append(f"--volume={docs}:{docs}:ro")
         if env.get("CHUNKYARD_DB"):
             outputs = Path(env["CHUNKYARD_DB"]).resolve().parent
             outputs.mkdir(parents=True, exist_ok=True)
@@ -570,10 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             print("no command given; the cluster stops now", flush=True)
             return 0
-        if args.hosts:
-            return subprocess.call(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT,
-                                   env=cluster.host_env(CLIENT_HOST))
-        return subprocess.call(command, cwd=REPO_ROOT, env=cluster.env)
+        return subprocess.call(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT, env=cluster.client_env())
 
 
 if __name__ == "__main__":

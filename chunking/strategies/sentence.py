@@ -452,7 +452,9 @@ class _Splitter:
         boundaries = boundaries or _SpanBoundaries(self.text, end)
         cut = boundaries.nearest(self.sentence_end_pattern, middle, lo, hi)
         if cut is None:
-            cut = boundaries.nearest(self.word_break_pattern, middle, lo, hi)
+            # One break character, as the overlap reads them: a class of every break joined was
+            # "[]" for word_breaks=("",) (re.error), and "a b" broke at "a", " " and "b".
+            cut = boundaries.nearest(self.break_char_pattern, middle, lo, hi)
         # A boundary on the span's last character (a span of two characters: nowhere else is
         # within [lo, hi)) is no cut: just after it is the span itself again, and the recursion
         # never ended (the reference's neither). The midpoint split gives the two characters.
@@ -477,12 +479,6 @@ class _Splitter:
         parts = [f"[{ascii_endings}](?=\\s|$)"] if ascii_endings else []
         parts += [f"[{cjk_endings}]"] if cjk_endings else []
         return re.compile("|".join(parts) or "(?!)")
-
-    @cached_property
-    def word_break_pattern(self) -> re.Pattern[str]:
-        # One break character, as the overlap reads them (break_char_pattern): a class of every
-        # break joined was "[]" for word_breaks=("",) (re.error), and "a b" broke at "a", " " and "b".
-        return self.break_char_pattern
 
     # -- accumulation ----------------------------------------------------------------
 

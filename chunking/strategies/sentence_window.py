@@ -149,10 +149,10 @@ def chunk_sentence_window(
     counts = count_spans(count, [start for start, _ in spans], [end for _, end in spans])
     for (start, end), n in zip(spans, counts):
         if limit is not None and (end - start if config.unit == "chars" else n) > limit:
-            # Sentence sizes summed within max_size but the joined window is larger: BPE
-            # counts it higher (rare), or it joins the pieces of a split sentence, sized
-            # without the whitespace between them. Re-split by the config's own measure so
-            # max_size stays a guarantee.
+            # Windows of several units are measured while grouping (_windows), so what still
+            # measures over is a window of one unit (seen: one character that counts more
+            # tokens than a tiny cap, which the re-split keeps whole). Re-split by the
+            # config's own measure so max_size stays a guarantee wherever text can be cut.
             for piece in split_recursive(doc.text[start:end], measure, limit, 0, CJK_SEPARATORS):
                 tokens = piece.tokens if config.unit == "tokens" else count(start + piece.start, start + piece.end)
                 chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,

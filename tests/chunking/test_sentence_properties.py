@@ -358,7 +358,7 @@ def test_span_boundaries_near_a_midpoint_match_the_listed_matches(text, data, re
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
     boundaries = _SpanBoundaries(text, end)
-    for pattern in (splitter.sentence_end_pattern, splitter.word_break_pattern):
+    for pattern in (splitter.sentence_end_pattern, splitter.break_char_pattern):
         positions = [m.start() for m in pattern.finditer(text, start, end)]
         for _ in range(5):
             middle = data.draw(st.integers(start, end))

@@ -181,13 +181,15 @@ def workers_on_hosts() -> bool:
     return unavailable is None
 
 
-def assert_workers_connected_from_their_hosts(cluster, worker_names: list[str]) -> None:
+def assert_workers_connected_from_their_hosts(cluster, worker_names: list[str]) -> dict[str, set[str]]:
     """With hosts: the workers are named after their hosts (or containers), and each connected to PostgreSQL
     from its own address, over TCP, to Dagster's storage, the broker and the lake's catalog
-    (PostgreSQL's connection log). Call it before the cluster stops (its log goes with it)."""
+    (PostgreSQL's connection log; returned, :func:`postgres_sessions`). Call it before the cluster
+    stops (its log goes with it)."""
     addresses = cluster.worker_addresses()  # host name -> its host's address, or its container's
     assert sorted(worker_names) == sorted(f"chunkyard-w{name.removeprefix('worker-')}@{name}" for name in addresses)
     assert len(set(addresses.values())) == len(addresses), addresses
     sessions = postgres_sessions(cluster.postgres_log())
     for name, address in addresses.items():
         assert {"dagster", "celery", "chunkyard"} <= sessions.get(address, set()), (name, address, sessions)
+    return sessions

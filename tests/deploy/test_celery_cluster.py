@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from cluster_checks import (assert_every_document_once, assert_workers_connected_from_their_hosts, celery_steps,
-                            cluster_instance, postgres_sessions, read_lake, still_running, workers_on_hosts)
+                            cluster_instance, read_lake, still_running, workers_on_hosts)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -72,18 +72,16 @@ def test_ingest_runs_on_two_celery_workers(tmp_path, cluster_root, monkeypatch, 
         assert cluster.env["CHUNKYARD_STORE_DATA_PATH"] == "s3://chunkyard/chunkyard"
         worker_pids = [proc.pid for proc in cluster.worker_procs]
         command = [sys.executable, "-m", "orchestration.cli", "run", "--docs", str(DOCS), "--progress", "none"]
-        run_env = cluster.host_env(CLIENT_HOST) if hosts else cluster.env
-        done = subprocess.run(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT, env=run_env,
+        done = subprocess.run(cluster.host_command(CLIENT_HOST, command), cwd=REPO_ROOT, env=cluster.client_env(),
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         if hosts:
-            assert_workers_connected_from_their_hosts(cluster, worker_names)
+            sessions = assert_workers_connected_from_their_hosts(cluster, worker_names)
             network = cluster.network
             client_address = network.address(CLIENT_HOST)
             namespaces = [network.namespace(name) for name in network.names]
             containers = [cluster.container_name(i) for i in (1, 2)] if image else []
             bridge = network.bridge
-            sessions = postgres_sessions(cluster.postgres_log())
             password = cluster.postgres_password
 
         # The run history is in the cluster's PostgreSQL, read here as any machine would.
