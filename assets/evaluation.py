@@ -34,6 +34,7 @@ from search.evaluation import (
     evaluate,
     file_sha256,
     load_eval_set,
+    leaders_line,
     markdown_table,
     mode_label,
     previous_recall,
@@ -112,6 +113,8 @@ def build_retrieval_eval_asset(
             "questions": max(r.questions for r in report.rows),
             "skipped_questions": len(report.skipped),
             "model_id": model_id,
+            # Which strategy, if any, retrieves best by recall and by IoU at once (unrounded).
+            "leaders@5": leaders_line({name: (row.recall, row.iou) for name, row in at5.items()}, 5),
         }
         for name, row in sorted(at5.items()):
             metadata[f"recall@5/{name}"] = round(row.recall, 4)

@@ -56,7 +56,7 @@ from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E40
 from resources.tokenizer import TokenizerResource  # noqa: E402
 from search.context import EmbedContext, embed_rows, with_context  # noqa: E402
 from search.engine import SearchIndex  # noqa: E402
-from search.evaluation import evaluate, load_eval_set  # noqa: E402
+from search.evaluation import evaluate, leaders_line, load_eval_set  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -355,6 +355,14 @@ def main() -> None:
                 r, c = rows[name], costs[name]
                 print(f"| {name} | {r.recall:.3f} | {r.precision:.3f} | {r.iou:.3f} | {r.mrr:.3f} | {r.chunks:,} | "
                       f"{r.tokens:,} | {c['embedded']:,} | {c['embed_s']:.0f} |")
+            # Issue 15's goal, read both ways: against every other row of this run, and against
+            # the strategies as shipped (plain and +ctx), which the other rows aim to beat.
+            scores = {name: (rows[name].recall, rows[name].iou) for name in names}
+            print("\n" + leaders_line(scores, args.k))
+            reference = [name for name in names if name in groups["shipped"]]
+            if reference and len(reference) < len(names):
+                print(leaders_line(scores, args.k, others=reference,
+                                   against=f"the best of the {len(reference)} shipped rows"))
     finally:
         index.close()
 

@@ -194,7 +194,7 @@ def _eval(args) -> int:
     from orchestration.cli import QUIET, ensure_dagster_home
     from orchestration.definitions import build_project
     from resources.store import ChunkStore
-    from search.evaluation import mode_label
+    from search.evaluation import leaders, leaders_line, mode_label
 
     settings = _with_within(_with_skip_covered(_settings(), args.skip_covered), args)
     updates = {k: v for k, v in (("eval_set", args.eval_set), ("eval_mode", args.mode)) if v}
@@ -215,12 +215,18 @@ def _eval(args) -> int:
     checks = [e.event_specific_data for e in result.all_events
               if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
     if args.json:
+        found = leaders({r["strategy"]: (r["recall"], r["iou"]) for r in rows if r["k"] == 5})
         print(json.dumps({"run_id": result.run_id, "eval_set": settings.eval_set, "mode": label,
-                          "rows": rows, "checks": [{"name": c.check_name, "passed": c.passed,
+                          "rows": rows, "leaders@5": {"best_recall": found.best_recall, "best_iou": found.best_iou,
+                                                      "on_both": found.on_both},
+                          "checks": [{"name": c.check_name, "passed": c.passed,
                                                     "description": c.description} for c in checks]}, indent=2))
         return 0
     print(f"eval set: {settings.eval_set}   mode: {label}   run: {result.run_id[:8]}")
     print(format_table(rows))
+    at5 = {r["strategy"]: (r["recall"], r["iou"]) for r in rows if r["k"] == 5}
+    if at5:
+        print(leaders_line(at5, 5))
     for c in checks:
         print(f"check {c.check_name}: {'passed' if c.passed else 'WARN'}: {c.description}")
     return 0

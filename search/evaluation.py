@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -223,6 +223,48 @@ def markdown_table(report: EvalReport, ks: Sequence[int] = (5,)) -> str:
                 f"{r.ndcg:.3f} | {r.chunks} | {r.tokens} |"
             )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Leaders:
+    """Who leads on recall and on IoU at one k, and which rows lead on both at once."""
+
+    best_recall: tuple[str, float]  # the best recall among the rows compared against
+    best_iou: tuple[str, float]
+    on_both: list[str]  # rows at or above the best of the others on recall and IoU at once
+
+
+def leaders(scores: Mapping[str, tuple[float, float]], others: Collection[str] | None = None) -> Leaders:
+    """Rows at or above the best of the others on recall and IoU at once (issue 15's goal).
+
+    ``scores``: name -> (recall, IoU), unrounded: two rows that print alike at three decimals
+    may still differ. ``others``: the rows each one is compared against (default: every row),
+    never itself; a row with nothing to compare against leads on nothing. ``best_recall`` /
+    ``best_iou`` are the best of ``others`` (the first name on a tie).
+    """
+    pool = [name for name in scores if others is None or name in others]
+    if not pool:
+        raise ValueError("no rows to compare against")
+    best_recall = max(pool, key=lambda name: scores[name][0])
+    best_iou = max(pool, key=lambda name: scores[name][1])
+    on_both = []
+    for name, (recall, iou) in scores.items():
+        rivals = [o for o in pool if o != name]
+        if rivals and all(recall >= scores[o][0] and iou >= scores[o][1] for o in rivals):
+            on_both.append(name)
+    return Leaders((best_recall, scores[best_recall][0]), (best_iou, scores[best_iou][1]), on_both)
+
+
+def leaders_line(scores: Mapping[str, tuple[float, float]], k: int, others: Collection[str] | None = None,
+                 against: str = "the best of the others", digits: int = 4) -> str:
+    """``leaders`` in one sentence, with the figures it compared; ``against`` names ``others``."""
+    found = leaders(scores, others)
+    (recall_name, recall), (iou_name, iou) = found.best_recall, found.best_iou
+    bests = f"best recall@{k}: {recall_name} {recall:.{digits}f}; best IoU@{k}: {iou_name} {iou:.{digits}f}"
+    if not found.on_both:
+        return f"no row is at or above {against} on recall@{k} and IoU@{k} at once ({bests})"
+    rows = ", ".join(f"{n} ({scores[n][0]:.{digits}f} / {scores[n][1]:.{digits}f})" for n in found.on_both)
+    return f"at or above {against} on recall@{k} and IoU@{k} at once: {rows} ({bests})"
 
 
 def file_sha256(path: str | Path) -> str:

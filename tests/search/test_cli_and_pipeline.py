@@ -13,6 +13,7 @@ from chunking.strategies import config_hash
 from orchestration.cli import main
 from orchestration.definitions import INGEST_JOB, build_project
 from orchestration.settings import load_settings
+from search.evaluation import leaders_line
 
 pytestmark = pytest.mark.model
 
@@ -243,10 +244,15 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert sorted((l[0], int(l[1])) for l in lines) == sorted((s, k) for s in names for k in (1, 3, 5, 10))
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 16
+        at5 = con.execute("SELECT strategy, recall, iou FROM retrieval_eval WHERE k = 5 ORDER BY 1").fetchall()
+    # The leaders line after the table: from the recorded, unrounded scores.
+    assert leaders_line({s: (recall, iou) for s, recall, iou in at5}, 5) in out.splitlines()
 
     # Overlap-aware top k: scored and recorded under its own mode label, never against plain top k.
     assert main(["eval", "--skip-covered", "0.5", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert set(report["leaders@5"]) == {"best_recall", "best_iou", "on_both"}
+    assert report["leaders@5"]["best_recall"][0] in names
     assert {c["name"]: c["passed"] for c in report["checks"]} == {"recall_at_5_stable": True}
     with duckdb.connect(settings.db_path, read_only=True) as con:
         modes = con.execute("SELECT mode, count(*) FROM retrieval_eval GROUP BY 1 ORDER BY 1").fetchall()

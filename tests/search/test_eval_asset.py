@@ -7,6 +7,7 @@ import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterEventType, materialize
 
 from orchestration.definitions import INGEST_JOB, build_project
+from search.evaluation import leaders_line
 
 pytestmark = pytest.mark.model
 
@@ -61,6 +62,11 @@ def test_retrieval_eval_materializes_scores_history_and_warns_on_a_recall_drop(e
     with duckdb.connect(settings.db_path, read_only=True) as con:
         rows = con.execute("SELECT strategy, k, questions FROM retrieval_eval ORDER BY 1, 2").fetchall()
         assert rows == [(s, k, 2) for s in sorted(STRATEGIES) for k in (1, 3, 5, 10)]
+        at5 = con.execute("SELECT strategy, recall, iou FROM retrieval_eval WHERE k = 5 ORDER BY 1").fetchall()
+    # Who leads on recall@5 and IoU@5 at once, from the unrounded scores the history holds.
+    assert meta["leaders@5"] == leaders_line({s: (recall, iou) for s, recall, iou in at5}, 5)
+    best = max(at5, key=lambda row: row[1])
+    assert f"best recall@5: {best[0]} {best[1]:.4f}" in meta["leaders@5"]
     checks = [e.event_specific_data for e in first.all_events
               if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
     assert [(c.check_name, c.passed) for c in checks] == [("recall_at_5_stable", True)]

@@ -14,6 +14,8 @@ from search.evaluation import (
     Question,
     Reference,
     evaluate,
+    leaders,
+    leaders_line,
     load_eval_set,
     markdown_table,
     parse_eval_set,
@@ -115,3 +117,35 @@ def test_history_round_trip_gives_the_previous_recall(store):
     assert previous_recall(store, eval_set="e.jsonl", mode="vector", model_id=MODEL_ID) == {
         "para": 1.0, "sent": 0.25}
     assert previous_recall(store, eval_set="other.jsonl", mode="vector", model_id=MODEL_ID) == {}
+
+
+# Two reference rows that trade recall for IoU (as the shipped strategies do), a candidate aimed
+# at both, and an exploration row with the best IoU of all.
+LEADER_SCORES = {"coarse": (0.7483, 0.055), "small": (0.557, 0.099), "late": (0.7484, 0.105), "fine": (0.614, 0.110)}
+
+
+def test_leaders_on_recall_and_iou_at_once_compare_unrounded_scores():
+    # Against every other row: "late" has the best recall, "fine" the best IoU: nobody leads on both.
+    found = leaders(LEADER_SCORES)
+    assert found.on_both == [] and found.best_recall == ("late", 0.7484) and found.best_iou == ("fine", 0.110)
+    # Against the reference rows only, "late" leads on both; it prints like "coarse" at three
+    # decimals (0.748) and is compared unrounded: 0.0001 less and it does not lead.
+    found = leaders(LEADER_SCORES, others={"coarse", "small"})
+    assert found.on_both == ["late"]
+    assert found.best_recall == ("coarse", 0.7483) and found.best_iou == ("small", 0.099)
+    assert leaders({**LEADER_SCORES, "late": (0.7482, 0.105)}, others={"coarse", "small"}).on_both == []
+    # A tie is "at or above"; a reference row that beats the other reference rows on both leads too.
+    assert leaders({"a": (0.5, 0.1), "b": (0.5, 0.1)}).on_both == ["a", "b"]
+    assert leaders({"a": (0.6, 0.2), "b": (0.5, 0.1)}, others={"a", "b"}).on_both == ["a"]
+    assert leaders({"alone": (0.1, 0.1)}).on_both == []  # nothing to compare against
+    with pytest.raises(ValueError, match="no rows to compare against"):
+        leaders(LEADER_SCORES, others={"absent"})
+
+
+def test_leaders_line_names_the_rows_and_the_bests():
+    assert leaders_line(LEADER_SCORES, 5) == (
+        "no row is at or above the best of the others on recall@5 and IoU@5 at once "
+        "(best recall@5: late 0.7484; best IoU@5: fine 0.1100)")
+    assert leaders_line(LEADER_SCORES, 5, others={"coarse", "small"}, against="the shipped rows", digits=3) == (
+        "at or above the shipped rows on recall@5 and IoU@5 at once: late (0.748 / 0.105) "
+        "(best recall@5: coarse 0.748; best IoU@5: small 0.099)")
