@@ -49,9 +49,10 @@ def hosts_unavailable_reason() -> str | None:
     """Why network namespaces cannot be made here, or None when they can."""
     if os.geteuid() != 0:
         return "hosts need root: network namespaces and a bridge need CAP_NET_ADMIN"
-    for tool in ("ip", "unshare"):
+    for tool, package in (("ip", "iproute2"), ("unshare", "util-linux"), ("mount", "mount"),
+                          ("hostname", "hostname")):
         if shutil.which(tool) is None:
-            return f"hosts need {tool!r} on PATH (Debian: iproute2, util-linux)"
+            return f"hosts need {tool!r} on PATH (Debian package: {package})"
     return None
 
 
@@ -113,16 +114,17 @@ class HostNetwork(StartStop):
         tmpfs over /mnt), an empty tmpfs covers ``private_root`` (the server's PostgreSQL data
         and unix socket, the other hosts' folders), and the own folder is bound back at its path.
         """
-        if self.private_root is None:
-            return ["ip", "netns", "exec", self.namespace(name), "unshare", "--uts", "sh", "-c",
-                    'hostname "$0" && exec "$@"', name]
-        own = self.own_folder(name)
-        os.makedirs(own, exist_ok=True)
-        script = ('hostname "$0" && mount -t tmpfs chunkyard-aside /mnt && mkdir /mnt/own && '
-                  'mount --bind "$1" /mnt/own && mount -t tmpfs -o mode=755 chunkyard-hidden "$2" && '
-                  'mkdir -p "$1" && mount --bind /mnt/own "$1" && shift 2 && exec "$@"')
-        return ["ip", "netns", "exec", self.namespace(name), "unshare", "--uts", "--mount", "sh", "-c",
-                script, name, own, self.private_root]
+        flags, script, args = ["--uts"], 'hostname "$0"', [name]
+        if self.private_root is not None:
+            own = self.own_folder(name)
+            os.makedirs(own, exist_ok=True)
+            flags.append("--mount")
+            script += (' && mount -t tmpfs chunkyard-aside /mnt && mkdir /mnt/own && mount --bind "$1" /mnt/own'
+                       ' && mount -t tmpfs -o mode=755 chunkyard-hidden "$2" && mkdir -p "$1"'
+                       ' && mount --bind /mnt/own "$1" && shift 2')
+            args += [own, self.private_root]
+        return ["ip", "netns", "exec", self.namespace(name), "unshare", *flags, "sh", "-c",
+                script + ' && exec "$@"', *args]
 
     # -- lifecycle ------------------------------------------------------------------------
     def _free_subnet(self) -> int:

@@ -7,6 +7,7 @@ so there it must run (CI=true turns the skip into a failure).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,6 +45,14 @@ def test_host_names_must_be_distinct():
         HostNetwork(["worker-1", "worker-1"])
     with pytest.raises(ValueError, match="at least one"):
         HostNetwork([])
+
+
+def test_hosts_name_the_missing_tool_and_its_package(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "mount" else f"/usr/bin/{tool}")
+    assert hosts_unavailable_reason() == "hosts need 'mount' on PATH (Debian package: mount)"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "hosts need root" in hosts_unavailable_reason()
 
 
 def _on_host(network: HostNetwork, name: str, code: str) -> subprocess.CompletedProcess:
@@ -113,6 +122,13 @@ def test_a_host_reaches_the_server_by_name_over_its_own_address_and_sees_only_it
         bridge = network.bridge
     local.close()
     server.close()
+    # Without a private root a host has its own network and name, and this machine's disk.
+    with HostNetwork(["solo"]) as network:
+        answer = _on_host(network, "solo", f"import socket, os; print(socket.gethostname()); "
+                                            f"print(sorted(os.listdir({str(private)!r})))")
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout.splitlines() == ["solo", repr(sorted(os.listdir(private)))]  # pg/ is in sight
+        namespaces.append(network.namespace("solo"))
     assert not any(ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
                    for ns in namespaces)
     assert bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
