@@ -143,6 +143,15 @@ EXPERIMENTS: list[Configuration] = [
                   late=256),
     Configuration("p100/0+ctx+late", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 0}, True,
                   late=256),
+    # Session 13, the other side of p100 and the overlap, and a narrower window.
+    Configuration("p90+ctx+late", "paragraph", {"chunk_token_size": 90, "chunk_overlap_token_size": 10}, True,
+                  late=256),
+    Configuration("p95+ctx+late", "paragraph", {"chunk_token_size": 95, "chunk_overlap_token_size": 10}, True,
+                  late=256),
+    Configuration("p100/20+ctx+late", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 20}, True,
+                  late=256),
+    Configuration("p100+ctx+late192", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True,
+                  late=192),
     # Tiled ("+tiled"): runs of consecutive chunks share one 256-word-piece window.
     Configuration("sent100+ctx+late+tiled", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
                   True, late=256, late_tiled=True),
