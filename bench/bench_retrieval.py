@@ -287,6 +287,9 @@ def main() -> None:
                         "is embedded once, by the first)")
     parser.add_argument("--score-only", action="store_true", help="score the configurations the --work copy "
                         "already holds (with --keep-work), without chunking or embedding them again")
+    parser.add_argument("--halves", action="store_true", help="also read the leaders on each half of the eval set "
+                        "(questions in odd and in even places, each scored alone): a lead that holds on one half "
+                        "only says more about those questions than about the configuration")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
                         "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
     args = parser.parse_args()
@@ -380,6 +383,16 @@ def main() -> None:
             if reference and len(reference) < len(names):
                 print(leaders_line(scores, args.k, others=reference,
                                    against=f"the best of the {len(reference)} shipped rows"))
+            if args.halves:
+                for label, half in (("odd", questions[0::2]), ("even", questions[1::2])):
+                    half_rows = evaluate(index, half, ks=(args.k,), mode=mode, strategies=names,
+                                         skip_covered=skip_covered, keyword_weight=weight, within=within,
+                                         within_depth=within_depth, within_rank=within_rank).at(args.k)
+                    half_scores = {name: (half_rows[name].recall, half_rows[name].iou) for name in names}
+                    print(f"{label} half ({half_rows[names[0]].questions} questions): "
+                          + leaders_line(half_scores, args.k, others=reference or None,
+                                         against=f"the best of the {len(reference)} shipped rows"
+                                         if reference and len(reference) < len(names) else "the best of the others"))
     finally:
         index.close()
 
