@@ -22,7 +22,9 @@ and the seconds that took (0 when the cache held them all); each pass's header g
 and CPU milliseconds per search (one strategy, one question) and the load average.
 ``--within COARSE@N`` scores every configuration by coarse-to-fine search inside
 configuration COARSE's top N hits (``SearchIndex.search(within=...)``), once per
-``--within-rank``. ``--score-only`` scores
+``--within-rank``. ``--halves`` reads the leaders again on the questions in odd and in even
+places, each half scored alone (is a lead a property of the configuration or of
+these questions?). ``--score-only`` scores
 what a work copy already holds (a run stopped part way, or the same rows in other
 modes) without chunking or embedding again.
 """
