@@ -22,9 +22,9 @@ and the seconds that took (0 when the cache held them all); each pass's header g
 and CPU milliseconds per search (one strategy, one question) and the load average.
 ``--within COARSE@N`` scores every configuration by coarse-to-fine search inside
 configuration COARSE's top N hits (``SearchIndex.search(within=...)``), once per
-``--within-rank``. ``--halves`` reads the leaders again on the questions in odd and in even
-places, each half scored alone (is a lead a property of the configuration or of
-these questions?). ``--score-only`` scores
+``--within-rank``. ``--halves`` reads the leaders again on the scored questions in odd and in
+even places, each half averaged alone from the same searches (is a lead a
+property of the configuration or of these questions?). ``--score-only`` scores
 what a work copy already holds (a run stopped part way, or the same rows in other
 modes) without chunking or embedding again.
 """
@@ -290,8 +290,8 @@ def main() -> None:
     parser.add_argument("--score-only", action="store_true", help="score the configurations the --work copy "
                         "already holds (with --keep-work), without chunking or embedding them again")
     parser.add_argument("--halves", action="store_true", help="also read the leaders on each half of the eval set "
-                        "(questions in odd and in even places, each scored alone): a lead that holds on one half "
-                        "only says more about those questions than about the configuration")
+                        "(the scored questions in odd and in even places, each half averaged alone): a lead that "
+                        "holds on one half only says more about those questions than about the configuration")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
                         "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
     args = parser.parse_args()
@@ -382,19 +382,19 @@ def main() -> None:
             scores = {name: (rows[name].recall, rows[name].iou) for name in names}
             print("\n" + leaders_line(scores, args.k))
             reference = [name for name in names if name in groups["shipped"]]
-            if reference and len(reference) < len(names):
+            shipped_reading = bool(reference) and len(reference) < len(names)
+            if shipped_reading:
                 print(leaders_line(scores, args.k, others=reference,
                                    against=f"the best of the {len(reference)} shipped rows"))
-            if args.halves:
-                for label, half in (("odd", questions[0::2]), ("even", questions[1::2])):
-                    half_rows = evaluate(index, half, ks=(args.k,), mode=mode, strategies=names,
-                                         skip_covered=skip_covered, keyword_weight=weight, within=within,
-                                         within_depth=within_depth, within_rank=within_rank).at(args.k)
-                    half_scores = {name: (half_rows[name].recall, half_rows[name].iou) for name in names}
-                    print(f"{label} half ({half_rows[names[0]].questions} questions): "
-                          + leaders_line(half_scores, args.k, others=reference or None,
-                                         against=f"the best of the {len(reference)} shipped rows"
-                                         if reference and len(reference) < len(names) else "the best of the others"))
+            if args.halves:  # from this pass's per-question scores: no search is made again
+                scored_ids = [q.id for q in questions if q.id not in report.skipped]
+                for label, half in (("odd", scored_ids[0::2]), ("even", scored_ids[1::2])):
+                    means = report.means_over(args.k, half)
+                    half_scores = {name: (means[name]["recall"], means[name]["iou"]) for name in names}
+                    print(f"{label} half ({len(half)} questions): " + (
+                        leaders_line(half_scores, args.k, others=reference,
+                                     against=f"the best of the {len(reference)} shipped rows") if shipped_reading
+                        else leaders_line(half_scores, args.k)))
     finally:
         index.close()
 

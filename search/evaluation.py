@@ -125,9 +125,18 @@ class EvalReport:
     rows: list[StrategyRow]
     skipped: dict[str, str] = field(default_factory=dict)  # question id -> why it was not scored
     mode: str = "vector"
+    # (strategy, k) -> question id -> that question's scores, in the eval set's order
+    per_question: dict[tuple[str, int], dict[str, QuestionScores]] = field(default_factory=dict)
 
     def at(self, k: int) -> dict[str, StrategyRow]:
         return {r.strategy: r for r in self.rows if r.k == k}
+
+    def means_over(self, k: int, question_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        """strategy -> the mean scores at ``k`` over these scored questions only (a subset of
+        the eval set, e.g. half of it), from the searches already made: nothing is searched again."""
+        wanted = set(question_ids)
+        return {strategy: mean_scores([s for qid, s in scores.items() if qid in wanted])
+                for (strategy, at_k), scores in self.per_question.items() if at_k == k}
 
 
 def evaluate(
@@ -165,6 +174,7 @@ def evaluate(
     if mode != "keyword" and scored:
         vectors = list(np.asarray(index.embed([q.question for q in scored]), dtype=np.float32))
     rows: list[StrategyRow] = []
+    per_question: dict[tuple[str, int], dict[str, QuestionScores]] = {}
     for name in names:
         spans = index.chunk_spans(name)
         chunks, tokens = index.cost(name)
@@ -181,8 +191,10 @@ def evaluate(
         for k in ks:
             means = mean_scores(per_k[k])
             rows.append(StrategyRow(name, k, len(per_k[k]), chunks=chunks, tokens=tokens, **means))
+            per_question[(name, k)] = {q.id: s for q, s in zip(scored, per_k[k])}
     return EvalReport(rows=rows, skipped=skipped, mode=mode_label(mode, skip_covered, keyword_weight, within,
-                                                                  within_depth, within_rank))
+                                                                  within_depth, within_rank),
+                      per_question=per_question)
 
 
 def mode_label(mode: str, skip_covered: float | None = None, keyword_weight: float = 1.0,

@@ -103,6 +103,31 @@ def test_evaluate_scores_each_strategy_and_skips_unresolvable_questions(store):
     index.close()
 
 
+def test_means_over_a_subset_are_the_scores_of_those_questions_evaluated_alone(store):
+    index = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
+    questions = [
+        Question("bread", "Knead the dough for ten minutes.",
+                 (Reference("kitchen/bread.md", excerpt="Knead the dough for ten minutes."),)),
+        Question("soup", "onions butter", (Reference("kitchen/soup.md", excerpt="Add stock and simmer."),)),
+        Question("ferry", "ferry noon", (Reference("boats.txt", excerpt="The ferry leaves at noon."),)),
+    ]
+    report = evaluate(index, questions, ks=(1, 3))
+    for subset in (["bread"], ["soup", "ferry"]):
+        alone = evaluate(index, [q for q in questions if q.id in subset], ks=(1, 3))
+        for k in (1, 3):
+            means = report.means_over(k, subset)
+            assert set(means) == {"sent", "para"}
+            for strategy, row in alone.at(k).items():
+                assert means[strategy] == pytest.approx(
+                    {"recall": row.recall, "precision": row.precision, "iou": row.iou, "mrr": row.mrr,
+                     "ndcg": row.ndcg})
+    # The whole set averages to the report's own rows; the subsets really differ.
+    whole = report.means_over(1, [q.id for q in questions])
+    assert whole["sent"]["recall"] == pytest.approx(report.at(1)["sent"].recall)
+    assert report.means_over(1, ["bread"])["sent"] != report.means_over(1, ["soup", "ferry"])["sent"]
+    index.close()
+
+
 def test_history_round_trip_gives_the_previous_recall(store):
     index = SearchIndex(store.path, MODEL_ID, embed=bag_of_words)
     q = Question("q1", "ferry noon", (Reference("boats.txt", excerpt="The ferry leaves at noon."),))
