@@ -79,6 +79,9 @@ class Configuration:
     neighbours: int = 0  # word pieces of neighbouring text embedded with the chunk (EmbedContext)
     late: int = 0  # late chunking: word pieces of the window the chunk is pooled from (EmbedContext)
     late_tiled: bool = False  # consecutive chunks share late windows
+    # The heading path embedded with +ctx is the source block's outline (its parent headings and
+    # heading), without the short paragraphs P's AnchorSplit promotes to headings (code lines too).
+    outline_headings: bool = False
 
     def embed_context(self) -> EmbedContext:
         return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours, late_tokens=self.late,
@@ -154,6 +157,10 @@ EXPERIMENTS: list[Configuration] = [
                   late=256),
     Configuration("p100+ctx+late192", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10}, True,
                   late=192),
+    # "+outline": the +ctx heading path without promoted anchors (with_outline_headings).
+    Configuration("p100+ctx+late+outline", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
+                  True, late=256, outline_headings=True),
+    Configuration("paragraph+ctx+outline", "paragraph", {}, True, outline_headings=True),
     # Tiled ("+tiled"): runs of consecutive chunks share one 256-word-piece window.
     Configuration("sent100+ctx+late+tiled", "sentence", {"max_tokens_per_section": 100, "max_section_length": 300},
                   True, late=256, late_tiled=True),
@@ -221,6 +228,15 @@ def stored_chunks(db: str, strategy: str, config) -> dict[str, list[Chunk]]:
     return out
 
 
+def with_outline_headings(store: ChunkStore, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
+    """Each chunk with its first source block's outline as heading path (copies: the memo is shared)."""
+    with store.connect(read_only=True) as con:
+        outline = {block_id: [*parents, heading] for block_id, parents, heading in con.execute(
+            "SELECT block_id, parent_headings, heading FROM blocks WHERE doc_id = ?", [doc_id]).fetchall()}
+    return [c.model_copy(update={"heading_path": outline[c.block_ids[0]]})
+            if c.block_ids and c.block_ids[0] in outline else c for c in chunks]
+
+
 def chunk_and_embed(
     store: ChunkStore, cfg: Configuration, shipped: dict, tokenizer, embedding, reuse: dict[str, str]
 ) -> dict:
@@ -244,6 +260,8 @@ def chunk_and_embed(
             _CHUNKS_MEMO[memo_key] = spec.chunk(doc, config, tokenizer, chunk_embedder)
             chunk_s += time.perf_counter() - start
         chunks = _CHUNKS_MEMO[memo_key]
+        if cfg.outline_headings:
+            chunks = with_outline_headings(store, doc_id, chunks)
         store.replace_chunks(doc_id, cfg.name, chunks, config_hash=config_hash(config), doc_sha256=doc.sha256)
         rows = store.load_chunks(doc_id, cfg.name)
         if cfg.embed_context():
