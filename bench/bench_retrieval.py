@@ -400,19 +400,18 @@ def main() -> None:
             scores = {name: (rows[name].recall, rows[name].iou) for name in names}
             print("\n" + leaders_line(scores, args.k))
             reference = [name for name in names if name in groups["shipped"]]
-            shipped_reading = bool(reference) and len(reference) < len(names)
-            if shipped_reading:
-                print(leaders_line(scores, args.k, others=reference,
-                                   against=f"the best of the {len(reference)} shipped rows"))
+            # The reading the halves repeat: against the shipped rows when the run has others too.
+            others, against = None, "the best of the others"
+            if reference and len(reference) < len(names):
+                others, against = reference, f"the best of the {len(reference)} shipped rows"
+                print(leaders_line(scores, args.k, others=others, against=against))
             if args.halves:  # from this pass's per-question scores: no search is made again
                 scored_ids = [q.id for q in questions if q.id not in report.skipped]
                 for label, half in (("odd", scored_ids[0::2]), ("even", scored_ids[1::2])):
                     means = report.means_over(args.k, half)
                     half_scores = {name: (means[name]["recall"], means[name]["iou"]) for name in names}
-                    print(f"{label} half ({len(half)} questions): " + (
-                        leaders_line(half_scores, args.k, others=reference,
-                                     against=f"the best of the {len(reference)} shipped rows") if shipped_reading
-                        else leaders_line(half_scores, args.k)))
+                    print(f"{label} half ({len(half)} questions): "
+                          + leaders_line(half_scores, args.k, others=others, against=against))
     finally:
         index.close()
 
