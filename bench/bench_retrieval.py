@@ -82,10 +82,11 @@ class Configuration:
     # The heading path embedded with +ctx is the source block's outline (its parent headings and
     # heading), without the short paragraphs P's AnchorSplit promotes to headings (code lines too).
     outline_headings: bool = False
+    late_blend: float = 0.0  # the chunk's own vector's weight in its late vector (EmbedContext)
 
     def embed_context(self) -> EmbedContext:
         return EmbedContext(headings=self.context, neighbour_tokens=self.neighbours, late_tokens=self.late,
-                            late_tiled=self.late_tiled)
+                            late_tiled=self.late_tiled, late_blend=self.late_blend)
 
 
 def shipped_configurations(settings=None) -> list[Configuration]:
@@ -95,7 +96,8 @@ def shipped_configurations(settings=None) -> list[Configuration]:
         out += [Configuration(name, name), Configuration(f"{name}+ctx", name, context=True)]
     variants = settings.variants if settings is not None else {}
     return out + [Configuration(name, v.strategy, v.options(), v.embed_with_context, on_shipped=False,
-                                neighbours=v.embed_neighbours, late=v.embed_late, late_tiled=v.embed_late_tiled)
+                                neighbours=v.embed_neighbours, late=v.embed_late, late_tiled=v.embed_late_tiled,
+                                late_blend=v.embed_late_blend)
                   for name, v in variants.items()]
 
 
@@ -167,6 +169,13 @@ EXPERIMENTS: list[Configuration] = [
     Configuration("p100+ctx+late+tiled", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
                   True, late=256, late_tiled=True),
     Configuration("paragraph+ctx+late", "paragraph", {}, True, late=256),
+    # Session 14, "+blendB": the late vector blended with the chunk's own (+ctx) vector, weight B
+    # (neighbours' late vectors share their window's context; the own vector keeps what only the
+    # chunk says). 0.5 is the even blend, 0.3 the other weight first tried (search/context.py).
+    Configuration("p100+ctx+late+blend0.5", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
+                  True, late=256, late_blend=0.5),
+    Configuration("p100+ctx+late+blend0.3", "paragraph", {"chunk_token_size": 100, "chunk_overlap_token_size": 10},
+                  True, late=256, late_blend=0.3),
 ]
 
 

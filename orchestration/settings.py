@@ -121,6 +121,7 @@ class VariantSettings(BaseModel):
     embed_neighbours: int = Field(0, ge=0)
     embed_late: int = Field(0, ge=0)
     embed_late_tiled: bool = False  # consecutive chunks share late windows (one forward per window)
+    embed_late_blend: float = 0.0  # the weight of the chunk's own vector in its late vector (search/context.py)
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -183,6 +184,9 @@ class Settings(BaseModel):
     embed_late: dict[str, NonNegativeInt] = Field(default_factory=dict)
     # Strategies (of embed_late) whose consecutive chunks share late windows: one forward per window.
     embed_late_tiled: list[str] = Field(default_factory=list)
+    # Strategy (of embed_late) -> the weight, in [0, 1), of the chunk's own vector (embedded alone)
+    # blended into its late vector: neighbours' late vectors share their window's context.
+    embed_late_blend: dict[str, float] = Field(default_factory=dict)
     # Extra named instances of registered strategies (VariantSettings), each with its own assets.
     variants: dict[str, VariantSettings] = Field(default_factory=dict)
     # How a run executes its steps (orchestration/definitions.py): "in_process" (one process,
@@ -216,6 +220,12 @@ class Settings(BaseModel):
         untiled = sorted(set(self.embed_late_tiled) - {n for n, late in self.embed_late.items() if late})
         if untiled:
             raise ValueError(f"embed_late_tiled names {untiled} without an [embed_late] window size")
+        unwindowed = sorted(n for n, blend in self.embed_late_blend.items() if blend and not self.embed_late.get(n))
+        if unwindowed:
+            raise ValueError(f"embed_late_blend names {unwindowed} without an [embed_late] window size")
+        outside = sorted(n for n, blend in self.embed_late_blend.items() if not 0.0 <= blend < 1.0)
+        if outside:
+            raise ValueError(f"embed_late_blend for {outside}: a weight in [0, 1) (the chunk's own vector's share)")
         return self
 
     @model_validator(mode="after")
@@ -247,7 +257,7 @@ class Settings(BaseModel):
         names = self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
         specs = [get_strategy(name) for name in names]
         unknown = (set(self.strategies) | set(self.embed_with_context) | set(self.embed_neighbours)
-                   | set(self.embed_late)) - {
+                   | set(self.embed_late) | set(self.embed_late_blend)) - {
             s.name for s in specs}
         if unknown:
             hint = (" (a variant embeds with context by its own embed_with_context / embed_neighbours / embed_late)"
@@ -258,7 +268,8 @@ class Settings(BaseModel):
                                 EmbedContext(spec.name in self.embed_with_context,
                                              self.embed_neighbours.get(spec.name, 0),
                                              self.embed_late.get(spec.name, 0),
-                                             spec.name in self.embed_late_tiled)) for spec in specs]
+                                             spec.name in self.embed_late_tiled,
+                                             self.embed_late_blend.get(spec.name, 0.0))) for spec in specs]
         return out + [variant_instance(name, variant) for name, variant in self.variants.items()]
 
 
@@ -286,9 +297,9 @@ def variant_instance(name: str, variant: VariantSettings) -> StrategyInstance:
         raise ValueError(f"{key}: {exc}") from None
     try:
         embed_context = EmbedContext(variant.embed_with_context, variant.embed_neighbours, variant.embed_late,
-                                     variant.embed_late_tiled)
-    except ValueError as exc:  # late chunking with neighbour context, or tiled without a window
-        raise ValueError(f"{key}: embed_late / embed_neighbours / embed_late_tiled: {exc}") from None
+                                     variant.embed_late_tiled, variant.embed_late_blend)
+    except ValueError as exc:  # late chunking with neighbour context, tiled or blended without a window
+        raise ValueError(f"{key}: embed_late / embed_neighbours / embed_late_tiled / embed_late_blend: {exc}") from None
     return StrategyInstance(name, spec, config, embed_context)
 
 

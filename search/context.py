@@ -22,6 +22,12 @@ the sha256 of the window and the chunk's span in it (``late_key``), so an edit i
 the window re-embeds the chunk and nothing else does. Tiled (``late_tiled``): runs
 of consecutive chunks share one window (``late_tiles``), about one forward pass per
 window of word pieces instead of one per chunk.
+
+Blended (``late_blend``): the stored vector is ``(1 - b)`` times the late vector plus ``b`` times
+the vector of the chunk embedded on its own (its text, after the title and heading path when
+``headings`` is on), normalised. Why: late vectors of neighbouring chunks share their window's
+context and come out close, so a neighbour can outrank the chunk that holds the answer; the
+chunk's own vector keeps what only it says. One more short forward pass per chunk.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class EmbedContext:
     ``neighbour_tokens``.
     ``late_tiled``: instead of one window per chunk, consecutive chunks share windows of at
     most ``late_tokens`` word pieces (``late_tiles``): one forward pass per window.
+    ``late_blend``: the weight, in [0, 1), of the chunk's own vector (embedded alone, with the
+    headings when on) in its stored vector; the late vector has the rest. 0: late only.
     Falsy when it adds nothing (the chunk's own text is embedded).
     """
 
@@ -70,10 +78,15 @@ class EmbedContext:
     neighbour_tokens: int = 0
     late_tokens: int = 0
     late_tiled: bool = False
+    late_blend: float = 0.0
 
     def __post_init__(self) -> None:
         if self.late_tiled and not self.late_tokens:
             raise ValueError("late_tiled needs late_tokens (the window's word pieces)")
+        if not 0.0 <= self.late_blend < 1.0:
+            raise ValueError(f"late_blend must be in [0, 1) (the own vector's weight), not {self.late_blend}")
+        if self.late_blend and not self.late_tokens:
+            raise ValueError("late_blend needs late_tokens (it blends into a late-chunked vector)")
         if self.neighbour_tokens < 0:
             raise ValueError(f"neighbour_tokens must be >= 0, not {self.neighbour_tokens}")
         if self.late_tokens < 0:
@@ -94,7 +107,8 @@ class EmbedContext:
         """Part of the embeddings asset's code version: a changed option marks the vectors stale."""
         return ("+context" if self.headings else "") + (
             f"+neighbours{self.neighbour_tokens}" if self.neighbour_tokens else "") + (
-            f"+late{self.late_tokens}" if self.late_tokens else "") + ("tiled" if self.late_tiled else "")
+            f"+late{self.late_tokens}" if self.late_tokens else "") + ("tiled" if self.late_tiled else "") + (
+            f"+blend{self.late_blend!r}" if self.late_blend else "")
 
 
 def embedding_text(
@@ -248,42 +262,58 @@ def late_tiles(
     return out
 
 
-def late_key(window: str, start: int, end: int) -> str:
-    """The embedding-cache key of a late-chunked span: the sha256 of the window and the span in it.
+def late_key(window: str, start: int, end: int, own_text: str | None = None, blend: float = 0.0) -> str:
+    """The embedding-cache key of a late-chunked span: the sha256 of the window and the span in it,
+    and when blended (``blend`` > 0) of the weight and the own text blended in.
 
     Never equal to the sha256 of a plain embedded text (the "late" prefix and the span are
-    hashed too), so a pooled vector is never served for a whole text or the other way round.
+    hashed too), so a pooled vector is never served for a whole text or the other way round;
+    an unblended key is the same as before blending existed, so those vectors stay cached.
     """
-    return hashlib.sha256(f"late\x00{start}:{end}\x00{window}".encode("utf-8")).hexdigest()
+    blended = f"\x00blend{blend!r}\x00{own_text}" if blend else ""
+    return hashlib.sha256(f"late\x00{start}:{end}\x00{window}{blended}".encode("utf-8")).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
 class ContextRow(StoredChunk):
     """A stored chunk as the embeddings step embeds it: ``text`` is what the model reads and
     ``text_sha256`` the cache key. ``pooled_span`` (late chunking): only ``text[start:end]``'s
-    word pieces are pooled; None: the whole text's."""
+    word pieces are pooled; None: the whole text's. ``blend`` > 0: the vector of ``own_text``
+    embedded whole has that weight in the row's vector (``embed_rows``)."""
 
     pooled_span: tuple[int, int] | None = None
+    own_text: str | None = None
+    blend: float = 0.0
 
 
-def _late_row(row: StoredChunk, window: str, start: int, end: int) -> ContextRow:
-    """``row`` as late chunking embeds it: the model reads ``window``, pools ``window[start:end]``."""
+def _late_row(row: StoredChunk, window: str, start: int, end: int, own_text: str | None = None,
+              blend: float = 0.0) -> ContextRow:
+    """``row`` as late chunking embeds it: the model reads ``window``, pools ``window[start:end]``,
+    and blends in ``own_text``'s vector with weight ``blend``."""
     stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
-    stored.update(text=window, text_sha256=late_key(window, start, end))
-    return ContextRow(**stored, pooled_span=(start, end))
+    own_text = own_text if blend else None
+    stored.update(text=window, text_sha256=late_key(window, start, end, own_text, blend))
+    return ContextRow(**stored, pooled_span=(start, end), own_text=own_text, blend=blend)
 
 
 def embed_rows(embedder, rows: Sequence[StoredChunk]) -> np.ndarray:
     """One vector per row, in order: ``embedder.embed`` for whole texts, ``embedder.embed_spans``
-    for late-chunked rows (a ``ContextRow`` with a ``pooled_span``)."""
+    for late-chunked rows (a ``ContextRow`` with a ``pooled_span``); a blended late row's vector is
+    ``(1 - blend) * late + blend * embed(own_text)``, L2-normalised like the model's own vectors."""
     spans = [getattr(r, "pooled_span", None) for r in rows]
     late = [i for i, span in enumerate(spans) if span is not None]
     whole = [i for i, span in enumerate(spans) if span is None]
+    blended = [i for i in late if getattr(rows[i], "blend", 0.0)]
     out = np.zeros((len(rows), embedder.dimension), dtype=np.float32)
     if whole:
         out[whole] = embedder.embed([rows[i].text for i in whole])
     if late:
         out[late] = embedder.embed_spans([(rows[i].text, *spans[i]) for i in late])
+    if blended:
+        weights = np.array([[rows[i].blend] for i in blended], dtype=np.float32)
+        mixed = (1 - weights) * out[blended] + weights * embedder.embed([rows[i].own_text for i in blended])
+        # Two unit vectors of one chunk are never opposite in practice; the floor only keeps a NaN out.
+        out[blended] = mixed / np.maximum(np.linalg.norm(mixed, axis=1, keepdims=True), 1e-12)
     return out
 
 
@@ -305,7 +335,8 @@ def with_context(
     late chunking each row is a ``ContextRow`` whose ``text`` is the window, ``pooled_span``
     the chunk's place in it and ``text_sha256`` their ``late_key``; tiled, the windows are
     tiled over ``rows`` in the order given (the embeddings step gives a document's chunks
-    in order).
+    in order). With ``late_blend`` each late row also carries ``own_text``, the chunk as it is
+    embedded without neighbours (the headings and its text), whose vector is blended in.
     """
     from search.engine import CHUNKS_RELATION
 
@@ -331,11 +362,15 @@ def with_context(
     max_tokens = embedder.max_seq_length if embedder is not None else None
     if late:
         max_tokens = min(late, max_tokens)
+
+    def own_text(row) -> str:  # the chunk as it is embedded without neighbours: what a blend mixes in
+        return embedding_text(row.text, title=title, heading_path=paths.get(row.chunk_index) or ())
+
     if context.late_tiled:
         tiles = late_tiles([(r.text, r.char_start, r.char_end) for r in rows], doc_text,
                            count_tokens=embedder.count_model_tokens, max_tokens=max_tokens, title=title,
                            heading_paths=[paths.get(r.chunk_index) or () for r in rows])
-        return [_late_row(row, *tile) for row, tile in zip(rows, tiles)]
+        return [_late_row(row, *tile, own_text(row), context.late_blend) for row, tile in zip(rows, tiles)]
     out = []
     for row in rows:
         window, start, end = context_window(
@@ -344,7 +379,7 @@ def with_context(
             count_tokens=embedder.count_model_tokens if embedder is not None else None, max_tokens=max_tokens,
         )
         if late:
-            out.append(_late_row(row, window, start, end))
+            out.append(_late_row(row, window, start, end, own_text(row), context.late_blend))
         else:
             out.append(dataclasses.replace(
                 row, text=window, text_sha256=hashlib.sha256(window.encode("utf-8")).hexdigest()))

@@ -160,11 +160,33 @@ def test_late_chunking_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
     assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192tiled"
 
 
+def test_a_late_blend_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('embed_with_context = ["sentence"]\n[embed_late]\nsentence = 256\n'
+                      '[embed_late_blend]\nsentence = 0.5\n'
+                      + SW_RETRIEVAL + "embed_late = 192\nembed_late_blend = 0.3\n", encoding="utf-8")
+    settings = load_settings(config)
+    instances = {i.name: i.embed_context for i in settings.strategy_instances()}
+    assert instances["sentence"] == EmbedContext(headings=True, late_tokens=256, late_blend=0.5)
+    assert instances["sw_small"] == EmbedContext(headings=True, late_tokens=192, late_blend=0.3)
+    graph = build_project(settings).defs.resolve_asset_graph()
+    model = graph.get(AssetKey("embeddings_sentence_window")).code_version
+    # Another weight is another vector: the code version marks the embeddings stale.
+    assert graph.get(AssetKey("embeddings_sentence")).code_version == model + "+context+late256+blend0.5"
+    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192+blend0.3"
+
+
 def test_late_chunking_and_neighbours_on_one_strategy_are_refused_naming_the_key(tmp_path):
     with pytest.raises(ValueError, match=r"embed_late and embed_neighbours both set for \['paragraph'\]"):
         Settings(embed_late={"paragraph": 256}, embed_neighbours={"paragraph": 64})
     with pytest.raises(ValueError, match=r"embed_late_tiled names \['simple'\] without an \[embed_late\] window"):
         Settings(embed_late_tiled=["simple"])
+    with pytest.raises(ValueError, match=r"embed_late_blend names \['simple'\] without an \[embed_late\] window"):
+        Settings(embed_late_blend={"simple": 0.5})
+    with pytest.raises(ValueError, match=r"embed_late_blend for \['simple'\]: a weight in \[0, 1\)"):
+        Settings(embed_late={"simple": 256}, embed_late_blend={"simple": 1.5})
+    with pytest.raises(ValueError, match=r"variants\.sw_small: .*late_blend needs late_tokens"):
+        Settings(variants={"sw_small": {"strategy": "sentence_window", "embed_late_blend": 0.5}})
     with pytest.raises(ValueError, match=r"variants\.sw_small: .*late_tiled needs late_tokens"):
         Settings(variants={"sw_small": {"strategy": "sentence_window", "embed_late_tiled": True}})
     with pytest.raises(ValueError, match=r"variants\.sw_small: embed_late / embed_neighbours.*: late chunking"):

@@ -66,6 +66,13 @@ def ingested(tmp_path_factory):
         embed_late = 40
         chunk_token_size = 12
         chunk_overlap_token_size = 0
+        [variants.rec_blend]
+        strategy = "recursive"
+        embed_with_context = true
+        embed_late = 40
+        embed_late_blend = 0.5
+        chunk_token_size = 12
+        chunk_overlap_token_size = 0
     """), encoding="utf-8")
     settings = load_settings(config)
     project = build_project(settings)
@@ -162,6 +169,25 @@ def test_late_chunking_stores_each_chunks_pooled_vector_and_search_and_eval_use_
         index.close()
 
 
+def test_a_blended_late_variant_stores_the_weighted_mean_of_its_late_and_own_vectors(ingested):
+    _, settings = ingested
+    from search.context import EmbedContext
+
+    store, chunks, embedder, (rows,), keys = _guide_with_context(
+        settings, "rec_blend", EmbedContext(True, late_tokens=40, late_blend=0.5))
+    assert len(chunks) > 2 and keys == {r.chunk_index: r.text_sha256 for r in rows}
+    late = embedder.embed_spans([(r.text, *r.pooled_span) for r in rows])
+    own = embedder.embed([r.own_text for r in rows])
+    stored = dict(store.load_embeddings_of(["guide.md"], "rec_blend")["guide.md"])
+    late_stored = dict(store.load_embeddings_of(["guide.md"], "rec_late")["guide.md"])
+    for row, l, o in zip(rows, late, own):
+        assert row.own_text == "Harbour guide" + row.own_text[len("Harbour guide"):] and row.own_text.endswith(
+            GUIDE[row.char_start:row.char_end])  # the chunk as +ctx embeds it alone
+        expected = (l + o) / np.linalg.norm(l + o)
+        assert np.abs(np.asarray(stored[row.chunk_index]) - expected).max() < 1e-5
+        assert np.abs(np.asarray(stored[row.chunk_index]) - np.asarray(late_stored[row.chunk_index])).max() > 1e-3
+
+
 def test_a_variant_is_a_strategy_of_its_own_in_the_store(ingested):
     _, settings = ingested
     variant = settings.strategy_instances()[2]
@@ -169,7 +195,7 @@ def test_a_variant_is_a_strategy_of_its_own_in_the_store(ingested):
         rows = dict(con.execute(
             """SELECT strategy, list(DISTINCT config_hash) FROM chunks WHERE doc_id = 'guide.md' GROUP BY 1""").fetchall())
         counts = dict(con.execute("SELECT strategy, count(*) FROM chunks GROUP BY 1").fetchall())
-    assert set(rows) == {"recursive", "paragraph", "rec_small", "rec_late"}
+    assert set(rows) == {"recursive", "paragraph", "rec_small", "rec_late", "rec_blend"}
     assert rows["rec_small"] == [config_hash(variant.config)] != rows["recursive"]
     assert counts["rec_small"] > counts["recursive"]  # 12-token chunks: more of them than recursive's 30
 
@@ -179,7 +205,7 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
     assert main(["search", "fish market dawn", "--json", "-k", "2"]) == 0
     hits = json.loads(capsys.readouterr().out)
-    assert {h["strategy"] for h in hits} == {"recursive", "paragraph", "rec_small", "rec_late"}
+    assert {h["strategy"] for h in hits} == {"recursive", "paragraph", "rec_small", "rec_late", "rec_blend"}
     top = next(h for h in hits if h["strategy"] == "recursive" and h["rank"] == 1)
     assert top["doc_id"] == "guide.md" and "fish market" in top["text"]
     assert GUIDE[top["char_start"]:top["char_end"]] == top["text"]
@@ -239,11 +265,11 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert main(["eval"]) == 0
     out = capsys.readouterr().out
     assert "recall" in out and "check recall_at_5_stable: passed" in out
-    names = ("recursive", "paragraph", "rec_small", "rec_late")
+    names = ("recursive", "paragraph", "rec_small", "rec_late", "rec_blend")
     lines = [line.split() for line in out.splitlines() if line.startswith(names)]
     assert sorted((l[0], int(l[1])) for l in lines) == sorted((s, k) for s in names for k in (1, 3, 5, 10))
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 16
+        assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 20
         at5 = con.execute("SELECT strategy, recall, iou FROM retrieval_eval WHERE k = 5 ORDER BY 1").fetchall()
     # The leaders line after the table: from the recorded, unrounded scores.
     assert leaders_line({s: (recall, iou) for s, recall, iou in at5}, 5) in out.splitlines()
@@ -256,7 +282,7 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert {c["name"]: c["passed"] for c in report["checks"]} == {"recall_at_5_stable": True}
     with duckdb.connect(settings.db_path, read_only=True) as con:
         modes = con.execute("SELECT mode, count(*) FROM retrieval_eval GROUP BY 1 ORDER BY 1").fetchall()
-    assert modes == [("vector", 16), ("vector,skip_covered=0.5", 16)]
+    assert modes == [("vector", 20), ("vector,skip_covered=0.5", 20)]
     assert main(["eval", "--skip-covered", "2"]) == 2
     assert "--skip-covered must be 0 (off) or a fraction in (0, 1]" in capsys.readouterr().err
 
@@ -264,4 +290,4 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert main(["eval", "--within", "paragraph", "--within-depth", "2"]) == 0
     assert "mode: vector,within=paragraph@2 " in capsys.readouterr().out
     with duckdb.connect(settings.db_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 16
+        assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 20

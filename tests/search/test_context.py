@@ -193,6 +193,51 @@ def test_embed_rows_pools_late_rows_and_embeds_the_others_whole():
     assert recorder.calls == [("embed", ["plain"]), ("spans", [("left CHUNK right", 5, 10)])]
 
 
+def test_a_blended_late_row_mixes_in_its_own_text_vector_by_weight_and_is_normalised():
+    class Recorder:
+        dimension = 2
+
+        def __init__(self):
+            self.calls = []
+
+        def embed(self, texts):
+            self.calls.append(("embed", list(texts)))
+            return np.tile(np.array([[0.0, 1.0]], dtype=np.float32), (len(texts), 1))
+
+        def embed_spans(self, windows):
+            self.calls.append(("spans", list(windows)))
+            return np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (len(windows), 1))
+
+    blended = ContextRow(1, "left CHUNK right", "k", 1, 6, 11, pooled_span=(5, 10), own_text="T\n\nCHUNK", blend=0.25)
+    unblended = ContextRow(2, "left CHUNK right", "k2", 1, 6, 11, pooled_span=(5, 10))
+    recorder = Recorder()
+    vectors = embed_rows(recorder, [blended, unblended])
+    expected = np.array([0.75, 0.25]) / np.hypot(0.75, 0.25)  # (1 - w) late + w own, then unit length
+    assert np.allclose(vectors[0], expected) and np.isclose(np.linalg.norm(vectors[0]), 1.0)
+    assert vectors[1].tolist() == [1.0, 0.0]  # no blend: the late vector as it was
+    assert recorder.calls == [("spans", [("left CHUNK right", 5, 10)] * 2), ("embed", ["T\n\nCHUNK"])]
+
+
+def test_blended_late_rows_carry_their_own_text_and_a_key_of_window_span_weight_and_text(store):
+    second = store.load_chunks("boats.txt", "sent")[1]
+    [late] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, late_tokens=16), WordModel(256))
+    [half] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, late_tokens=16, late_blend=0.5),
+                          WordModel(256))
+    [third] = with_context(store, "boats.txt", "sent", [second], EmbedContext(True, late_tokens=16, late_blend=0.3),
+                           WordModel(256))
+    # The same window and span; the own text is the chunk as +ctx embeds it alone (title, then text).
+    assert (half.text, half.pooled_span) == (late.text, late.pooled_span)
+    assert half.own_text == "boats\n\n" + second.text and half.blend == 0.5
+    assert late.own_text is None and late.blend == 0.0
+    # Unblended keys are what they were before blending existed (their cached vectors stay valid).
+    assert late.text_sha256 == late_key(late.text, *late.pooled_span)
+    assert half.text_sha256 == late_key(half.text, *half.pooled_span, half.own_text, 0.5)
+    assert len({late.text_sha256, half.text_sha256, third.text_sha256}) == 3  # another weight: another vector
+    [tiled] = with_context(store, "boats.txt", "sent", [second],
+                           EmbedContext(late_tokens=256, late_tiled=True, late_blend=0.5), WordModel(256))
+    assert tiled.own_text == second.text and tiled.blend == 0.5  # no headings: the chunk's text alone
+
+
 def test_late_chunking_options_are_checked():
     assert EmbedContext(late_tokens=256) and EmbedContext(late_tokens=256).code_version_suffix() == "+late256"
     assert EmbedContext(True, late_tokens=128).code_version_suffix() == "+context+late128"
@@ -200,6 +245,12 @@ def test_late_chunking_options_are_checked():
         EmbedContext(late_tokens=-1)
     with pytest.raises(ValueError, match="late chunking and neighbour context exclude each other"):
         EmbedContext(neighbour_tokens=64, late_tokens=256)
+    assert EmbedContext(True, late_tokens=256, late_blend=0.5).code_version_suffix() == "+context+late256+blend0.5"
+    with pytest.raises(ValueError, match="late_blend needs late_tokens"):
+        EmbedContext(True, late_blend=0.5)
+    for weight in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"late_blend must be in \[0, 1\)"):
+            EmbedContext(late_tokens=256, late_blend=weight)
 
 
 def test_late_tiles_share_windows_of_consecutive_chunks_within_the_budget():
