@@ -22,9 +22,11 @@ and the seconds that took (0 when the cache held them all); each pass's header g
 and CPU milliseconds per search (one strategy, one question) and the load average.
 ``--within COARSE@N`` scores every configuration by coarse-to-fine search inside
 configuration COARSE's top N hits (``SearchIndex.search(within=...)``), once per
-``--within-rank``. ``--halves`` reads the leaders again on the scored questions in odd and in
-even places, each half averaged alone from the same searches (is a lead a
-property of the configuration or of these questions?). ``--score-only`` scores
+``--within-rank``. ``--bootstrap N`` draws the scored questions again N times (a paired
+bootstrap) and prints how often each row outside the shipped ones leads on both counts, with
+its margins' 95% range. ``--halves`` reads the leaders again on the scored questions in odd and
+in even places, each half averaged alone from the same searches (is a lead a property of the
+configuration or of these questions?). ``--score-only`` scores
 what a work copy already holds (a run stopped part way, or the same rows in other
 modes) without chunking or embedding again.
 """
@@ -58,7 +60,7 @@ from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E40
 from resources.tokenizer import TokenizerResource  # noqa: E402
 from search.context import EmbedContext, embed_rows, with_context  # noqa: E402
 from search.engine import SearchIndex  # noqa: E402
-from search.evaluation import evaluate, leaders_line, load_eval_set  # noqa: E402
+from search.evaluation import evaluate, lead_support, leaders_line, load_eval_set  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,10 @@ def main() -> None:
     parser.add_argument("--halves", action="store_true", help="also read the leaders on each half of the eval set "
                         "(the scored questions in odd and in even places, each half averaged alone): a lead that "
                         "holds on one half only says more about those questions than about the configuration")
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="N", help="also draw the scored questions "
+                        "again N times (paired bootstrap, seed 0) and print, for each row outside the shipped ones "
+                        "(every row when all are shipped), the share of draws on which it leads on recall@k and "
+                        "IoU@k at once and the 95%% range of its margins over the best of the others")
     parser.add_argument("--stored-chunks", default="", help="comma list of strategies whose chunks (shipped config) "
                         "are read from --db instead of made again (semantic: its sentence embeddings are slow)")
     args = parser.parse_args()
@@ -414,6 +420,13 @@ def main() -> None:
             if reference and len(reference) < len(names):
                 others, against = reference, f"the best of the {len(reference)} shipped rows"
                 print(leaders_line(scores, args.k, others=others, against=against))
+            if args.bootstrap:  # from this pass's per-question scores: no search is made again
+                candidates = [name for name in names if others is None or name not in others]
+                print(f"lead support against {against} ({args.bootstrap} paired resamples of the questions, seed 0):")
+                for name, support in lead_support(report, args.k, candidates, others, args.bootstrap).items():
+                    print(f"  {name}: leads on both in {support.share:.3f} of the draws; margin over the best: "
+                          f"recall@{args.k} {support.recall_margin[0]:+.4f} to {support.recall_margin[1]:+.4f}, "
+                          f"IoU@{args.k} {support.iou_margin[0]:+.4f} to {support.iou_margin[1]:+.4f} (95%)")
             if args.halves:  # from this pass's per-question scores: no search is made again
                 scored_ids = [q.id for q in questions if q.id not in report.skipped]
                 for label, half in (("odd", scored_ids[0::2]), ("even", scored_ids[1::2])):

@@ -279,6 +279,50 @@ def leaders_line(scores: Mapping[str, tuple[float, float]], k: int, others: Coll
     return f"at or above {against} on recall@{k} and IoU@{k} at once: {rows} ({bests})"
 
 
+@dataclass(frozen=True)
+class LeadSupport:
+    """How often a row leads on both counts when the scored questions are drawn again.
+
+    ``share``: the fraction of resamples in which the row is at or above the best of the
+    others on recall and IoU at once (``leaders`` on that resample). ``recall_margin`` /
+    ``iou_margin``: the 2.5th and 97.5th percentiles of (the row's mean - the best of the
+    others' mean) over the resamples; above 0 at both ends is a lead the questions' choice
+    does not undo.
+    """
+
+    share: float
+    recall_margin: tuple[float, float]
+    iou_margin: tuple[float, float]
+
+
+def lead_support(report: EvalReport, k: int, rows: Collection[str], others: Collection[str] | None = None,
+                 resamples: int = 2000, seed: int = 0) -> dict[str, LeadSupport]:
+    """``LeadSupport`` of each of ``rows`` against ``others`` (default: every other strategy):
+    a paired bootstrap over the scored questions (each resample draws as many questions as were
+    scored, with replacement, the same draw for every strategy), from the per-question scores
+    already made: nothing is searched again. ``seed`` makes it repeatable."""
+    per_strategy = {strategy: scores for (strategy, at_k), scores in report.per_question.items() if at_k == k}
+    ids = list(next(iter(per_strategy.values())))
+    recall = {name: np.array([scores[q].recall for q in ids]) for name, scores in per_strategy.items()}
+    iou = {name: np.array([scores[q].iou for q in ids]) for name, scores in per_strategy.items()}
+    draws = np.random.default_rng(seed).integers(0, len(ids), size=(resamples, len(ids)))
+    mean_recall = {name: values[draws].mean(axis=1) for name, values in recall.items()}
+    mean_iou = {name: values[draws].mean(axis=1) for name, values in iou.items()}
+    out = {}
+    for name in rows:
+        rivals = [o for o in per_strategy if o != name and (others is None or o in others)]
+        if not rivals:
+            raise ValueError(f"{name}: no rows to compare against")
+        recall_margin = mean_recall[name] - np.max([mean_recall[o] for o in rivals], axis=0)
+        iou_margin = mean_iou[name] - np.max([mean_iou[o] for o in rivals], axis=0)
+        out[name] = LeadSupport(
+            share=float(np.mean((recall_margin >= 0) & (iou_margin >= 0))),
+            recall_margin=tuple(float(x) for x in np.percentile(recall_margin, [2.5, 97.5])),
+            iou_margin=tuple(float(x) for x in np.percentile(iou_margin, [2.5, 97.5])),
+        )
+    return out
+
+
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

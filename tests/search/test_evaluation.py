@@ -3,17 +3,21 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chunking.parsers import parse_document
 from fixture_store import DOCS, MODEL_ID, bag_of_words
 from resources.documents import clean_partition_key
 from search.engine import SearchIndex
+from search.metrics import QuestionScores
 from search.evaluation import (
     EvalSetError,
     Question,
     Reference,
     evaluate,
+    EvalReport,
+    lead_support,
     leaders,
     leaders_line,
     load_eval_set,
@@ -126,6 +130,35 @@ def test_means_over_a_subset_are_the_scores_of_those_questions_evaluated_alone(s
     assert whole["sent"]["recall"] == pytest.approx(report.at(1)["sent"].recall)
     assert report.means_over(1, ["bread"])["sent"] != report.means_over(1, ["soup", "ferry"])["sent"]
     index.close()
+
+
+def _report(recall_iou: dict[str, list[tuple[float, float]]]) -> EvalReport:
+    """A report at k=5 with these per-question (recall, IoU) scores, questions q0, q1, ..."""
+    return EvalReport(rows=[], per_question={
+        (name, 5): {f"q{i}": QuestionScores(5, r, 0.0, iou, 0.0, 0.0) for i, (r, iou) in enumerate(scores)}
+        for name, scores in recall_iou.items()})
+
+
+def test_lead_support_is_the_share_of_resampled_question_sets_on_which_a_row_leads_on_both():
+    dominant = _report({"cand": [(0.9, 0.3)] * 4, "coarse": [(0.8, 0.1)] * 4, "small": [(0.5, 0.2)] * 4})
+    support = lead_support(dominant, 5, ["cand"], resamples=50)["cand"]
+    assert support.share == 1.0 and support.recall_margin == pytest.approx((0.1, 0.1))
+    assert support.iou_margin == pytest.approx((0.1, 0.1))
+    # A tie counts as at or above (as in leaders); a row below on IoU never leads.
+    tied = _report({"cand": [(0.8, 0.3)] * 3, "coarse": [(0.8, 0.1)] * 3, "worse": [(0.7, 0.4)] * 3})
+    assert lead_support(tied, 5, ["cand"], resamples=20)["cand"].share == 0.0
+    assert lead_support(tied, 5, ["cand"], others=["coarse"], resamples=20)["cand"].share == 1.0
+    # A lead on the mean that rests on one question: the share is each resample's leaders() reading.
+    fragile = {"cand": [(1.0, 0.2), (0.6, 0.2), (0.6, 0.2), (0.6, 0.2), (0.7, 0.2)],
+               "coarse": [(0.5, 0.1), (0.7, 0.1), (0.7, 0.1), (0.7, 0.1), (0.7, 0.1)]}
+    support = lead_support(_report(fragile), 5, ["cand"], resamples=400, seed=3)["cand"]
+    draws = np.random.default_rng(3).integers(0, 5, size=(400, 5))
+    on_both = [leaders({name: (np.mean([fragile[name][i][0] for i in draw]), np.mean([fragile[name][i][1] for i in draw]))
+                        for name in fragile}).on_both == ["cand"] for draw in draws]
+    assert 0.0 < support.share < 1.0 and support.share == pytest.approx(np.mean(on_both))
+    assert support.recall_margin[0] < 0 < support.recall_margin[1]  # the lead does not survive every draw
+    with pytest.raises(ValueError, match="no rows to compare against"):
+        lead_support(_report({"cand": [(1.0, 1.0)]}), 5, ["cand"], resamples=5)
 
 
 def test_history_round_trip_gives_the_previous_recall(store):
