@@ -2,7 +2,7 @@
 
 chunkyard.toml carries, commented out, ``[variants.paragraph_late]``: the configuration aimed
 at the best retrieval for the default model (README "Search, grounding and evaluation").
-Its figures come from ``bench/bench_retrieval.py``'s ``p100+ctx+late`` row; this test keeps
+Its figures come from ``bench/bench_retrieval.py``'s ``p100+ctx+late+blend0.3`` row; this test keeps
 the two the same configuration, so a change to either shows here.
 """
 
@@ -13,7 +13,7 @@ from orchestration.settings import load_settings
 from tests.conftest import REPO_ROOT
 
 VARIANT = "paragraph_late"
-MEASURED_AS = "p100+ctx+late"
+MEASURED_AS = "p100+ctx+late+blend0.3"
 
 
 def commented_block(text: str, header: str) -> str:
@@ -52,3 +52,4 @@ def test_the_commented_retrieval_variant_is_the_measured_configuration(tmp_path)
                                                  **measured.overrides})
     assert instance.embed_context == measured.embed_context()
     assert instance.embed_context.headings and instance.embed_context.late_tokens == 256
+    assert instance.embed_context.late_blend == 0.3
