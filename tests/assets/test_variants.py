@@ -146,34 +146,20 @@ def test_embed_neighbours_names_only_enabled_strategies():
 def test_late_chunking_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
     config = tmp_path / "chunkyard.toml"
     config.write_text('embed_with_context = ["sentence"]\nembed_late_tiled = ["simple"]\n'
-                      '[embed_late]\nsentence = 256\nsimple = 128\n'
-                      + SW_RETRIEVAL + "embed_late = 192\nembed_late_tiled = true\n", encoding="utf-8")
-    settings = load_settings(config)
-    instances = {i.name: i.embed_context for i in settings.strategy_instances()}
-    assert instances["sentence"] == EmbedContext(headings=True, late_tokens=256)
-    assert instances["simple"] == EmbedContext(late_tokens=128, late_tiled=True)
-    assert instances["sw_small"] == EmbedContext(headings=True, late_tokens=192, late_tiled=True)
-    graph = build_project(settings).defs.resolve_asset_graph()
-    model = graph.get(AssetKey("embeddings_sentence_window")).code_version
-    assert graph.get(AssetKey("embeddings_sentence")).code_version == model + "+context+late256"
-    assert graph.get(AssetKey("embeddings_simple")).code_version == model + "+late128tiled"
-    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192tiled"
-
-
-def test_a_late_blend_flows_from_the_toml_to_the_embeddings_assets(tmp_path):
-    config = tmp_path / "chunkyard.toml"
-    config.write_text('embed_with_context = ["sentence"]\n[embed_late]\nsentence = 256\n'
-                      '[embed_late_blend]\nsentence = 0.5\n'
-                      + SW_RETRIEVAL + "embed_late = 192\nembed_late_blend = 0.3\n", encoding="utf-8")
+                      '[embed_late]\nsentence = 256\nsimple = 128\n[embed_late_blend]\nsentence = 0.5\n'
+                      + SW_RETRIEVAL + "embed_late = 192\nembed_late_tiled = true\nembed_late_blend = 0.3\n",
+                      encoding="utf-8")
     settings = load_settings(config)
     instances = {i.name: i.embed_context for i in settings.strategy_instances()}
     assert instances["sentence"] == EmbedContext(headings=True, late_tokens=256, late_blend=0.5)
-    assert instances["sw_small"] == EmbedContext(headings=True, late_tokens=192, late_blend=0.3)
+    assert instances["simple"] == EmbedContext(late_tokens=128, late_tiled=True)
+    assert instances["sw_small"] == EmbedContext(headings=True, late_tokens=192, late_tiled=True, late_blend=0.3)
     graph = build_project(settings).defs.resolve_asset_graph()
     model = graph.get(AssetKey("embeddings_sentence_window")).code_version
-    # Another weight is another vector: the code version marks the embeddings stale.
+    # Another blend weight is another vector: the code version marks the embeddings stale.
     assert graph.get(AssetKey("embeddings_sentence")).code_version == model + "+context+late256+blend0.5"
-    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192+blend0.3"
+    assert graph.get(AssetKey("embeddings_simple")).code_version == model + "+late128tiled"
+    assert graph.get(AssetKey("embeddings_sw_small")).code_version == model + "+context+late192tiled+blend0.3"
 
 
 def test_late_chunking_and_neighbours_on_one_strategy_are_refused_naming_the_key(tmp_path):

@@ -170,47 +170,37 @@ def test_with_late_chunking_rows_carry_the_window_its_span_and_a_key_of_both(sto
     assert late_key("a b", 0, 1) != late_key("a b", 2, 3)  # the same window, another span: another key
 
 
+class Recorder:
+    """An embedder of 2-d vectors that records its calls: ``whole`` for every whole text,
+    ``pooled`` for every late-chunked span."""
+
+    dimension = 2
+
+    def __init__(self, whole, pooled):
+        self.whole, self.pooled, self.calls = np.float32(whole), np.float32(pooled), []
+
+    def embed(self, texts):
+        self.calls.append(("embed", list(texts)))
+        return np.tile(self.whole, (len(texts), 1))
+
+    def embed_spans(self, windows):
+        self.calls.append(("spans", list(windows)))
+        return np.tile(self.pooled, (len(windows), 1))
+
+
 def test_embed_rows_pools_late_rows_and_embeds_the_others_whole():
-    class Recorder:
-        dimension = 2
-
-        def __init__(self):
-            self.calls = []
-
-        def embed(self, texts):
-            self.calls.append(("embed", list(texts)))
-            return np.ones((len(texts), 2), dtype=np.float32)
-
-        def embed_spans(self, windows):
-            self.calls.append(("spans", list(windows)))
-            return np.full((len(windows), 2), 2.0, dtype=np.float32)
-
     plain = StoredChunk(0, "plain", "p", 1, 0, 5)
     late = ContextRow(1, "left CHUNK right", "k", 1, 6, 11, pooled_span=(5, 10))
-    recorder = Recorder()
+    recorder = Recorder(whole=[1.0, 1.0], pooled=[2.0, 2.0])
     vectors = embed_rows(recorder, [late, plain])
     assert vectors.tolist() == [[2.0, 2.0], [1.0, 1.0]]
     assert recorder.calls == [("embed", ["plain"]), ("spans", [("left CHUNK right", 5, 10)])]
 
 
 def test_a_blended_late_row_mixes_in_its_own_text_vector_by_weight_and_is_normalised():
-    class Recorder:
-        dimension = 2
-
-        def __init__(self):
-            self.calls = []
-
-        def embed(self, texts):
-            self.calls.append(("embed", list(texts)))
-            return np.tile(np.array([[0.0, 1.0]], dtype=np.float32), (len(texts), 1))
-
-        def embed_spans(self, windows):
-            self.calls.append(("spans", list(windows)))
-            return np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (len(windows), 1))
-
     blended = ContextRow(1, "left CHUNK right", "k", 1, 6, 11, pooled_span=(5, 10), own_text="T\n\nCHUNK", blend=0.25)
     unblended = ContextRow(2, "left CHUNK right", "k2", 1, 6, 11, pooled_span=(5, 10))
-    recorder = Recorder()
+    recorder = Recorder(whole=[0.0, 1.0], pooled=[1.0, 0.0])
     vectors = embed_rows(recorder, [blended, unblended])
     expected = np.array([0.75, 0.25]) / np.hypot(0.75, 0.25)  # (1 - w) late + w own, then unit length
     assert np.allclose(vectors[0], expected) and np.isclose(np.linalg.norm(vectors[0]), 1.0)
