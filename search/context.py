@@ -289,9 +289,8 @@ class ContextRow(StoredChunk):
 def _late_row(row: StoredChunk, window: str, start: int, end: int, own_text: str | None = None,
               blend: float = 0.0) -> ContextRow:
     """``row`` as late chunking embeds it: the model reads ``window``, pools ``window[start:end]``,
-    and blends in ``own_text``'s vector with weight ``blend``."""
+    and blends in ``own_text``'s vector with weight ``blend`` (``own_text`` is None when ``blend`` is 0)."""
     stored = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredChunk)}
-    own_text = own_text if blend else None
     stored.update(text=window, text_sha256=late_key(window, start, end, own_text, blend))
     return ContextRow(**stored, pooled_span=(start, end), own_text=own_text, blend=blend)
 
@@ -363,7 +362,9 @@ def with_context(
     if late:
         max_tokens = min(late, max_tokens)
 
-    def own_text(row) -> str:  # the chunk as it is embedded without neighbours: what a blend mixes in
+    def own_text(row) -> str | None:  # the chunk as it is embedded without neighbours: what a blend mixes in
+        if not context.late_blend:
+            return None  # nothing is blended, so nothing to build per row
         return embedding_text(row.text, title=title, heading_path=paths.get(row.chunk_index) or ())
 
     if context.late_tiled:
