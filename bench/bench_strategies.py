@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import statistics
 import sys
 import time
@@ -407,6 +408,108 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
     return "\n".join(lines)
 
 
+# The marker the callgrind child calls between measured regions: callgrind dumps its counts
+# before every call of it (``--dump-before``), so each region's instructions are a part of their own.
+CALLGRIND_MARKER = "getppid"
+
+
+def instructions(chunkers: list[Chunker], text: str) -> list[tuple[str, int, int, int]]:
+    """Per chunker: ``(name, instructions of one encode_ordinary, instructions of the chunker, chunks)``.
+
+    Counted by valgrind's callgrind in one child process (this script with ``--callgrind-child``),
+    which repeats what one round of :func:`measure` does, each chunker once more beforehand to
+    warm its tables and caches as the later rounds have them. Instruction counts do not move
+    with the machine's load, so a difference of a few hundredths of an encode shows, where the
+    wall-clock medians of one run and the next differ by about 0.1. They are not time: an
+    instruction of the regex engine and one of numpy's SIMD loops do not cost the same.
+    """
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (callgrind) on PATH: apt-get install valgrind")
+    names = [c.name for c in chunkers]
+    with tempfile.TemporaryDirectory(prefix="chunkyard-callgrind-") as folder:
+        workload_file = Path(folder) / "workload.txt"
+        workload_file.write_text(text, encoding="utf-8")
+        out = Path(folder) / "callgrind.out"
+        command = [valgrind, "--tool=callgrind", f"--dump-before={CALLGRIND_MARKER}", f"--callgrind-out-file={out}",
+                   sys.executable, str(Path(__file__).resolve()), "--callgrind-child", str(workload_file),
+                   "--callgrind-names", json.dumps(names)]
+        # A fixed hash seed: set and dict orders, and so the work, are the same from one run to the next.
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        if done.returncode != 0:
+            raise SystemExit(f"callgrind child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        chunks = json.loads(done.stdout.strip().splitlines()[-1])
+        parts = callgrind_parts(Path(folder))
+    return rows_from_parts(parts, names, chunks)
+
+
+def callgrind_parts(folder: Path) -> dict[int, int]:
+    """Instructions per part of the callgrind dumps in ``folder`` (``callgrind.out``, ``callgrind.out.1``, ...).
+
+    Each dump names its part (``part: N``; a run with a single dump has none: part 1) and
+    its total (``summary:``, or ``totals:`` for older valgrind).
+    """
+    parts: dict[int, int] = {}
+    for dump in folder.glob("callgrind.out*"):
+        content = dump.read_text(errors="replace")
+        part = re.search(r"^part: (\d+)$", content, re.MULTILINE)
+        total = re.search(r"^(?:summary|totals): (\d+)", content, re.MULTILINE)
+        if total is None:
+            raise SystemExit(f"{dump.name}: no summary line; not a callgrind dump")
+        parts[int(part.group(1)) if part else 1] = int(total.group(1))
+    return parts
+
+
+def rows_from_parts(parts: dict[int, int], names: list[str], chunks: list[int]) -> list[tuple[str, int, int, int]]:
+    """``(name, encode instructions, chunker instructions, chunks)`` per chunker, from the child's parts.
+
+    Part 1 is the start and the first warm-up; then, per chunker ``k``, its encode is part
+    ``3k + 2``, the chunker part ``3k + 3`` and the next warm-up part ``3k + 4``; the last part
+    is the exit. Any other count of parts means a marker call that was not the child's.
+    """
+    if sorted(parts) != list(range(1, 3 * len(names) + 2)):
+        raise SystemExit(f"callgrind wrote parts {sorted(parts)}, expected 1..{3 * len(names) + 1}: "
+                         f"something else called {CALLGRIND_MARKER}()")
+    return [(name, parts[3 * k + 2], parts[3 * k + 3], chunks[k]) for k, name in enumerate(names)]
+
+
+def callgrind_child(workload_file: Path, names: list[str]) -> None:
+    """The child of :func:`instructions`: one warm-up and one measured round per chunker, between markers."""
+    import json
+
+    text = workload_file.read_text(encoding="utf-8")
+    tokenizer = default_tokenizer()
+    encoding = tokenizer._encoding
+    by_name = {c.name: c for c in own_chunkers(tokenizer) + peer_chunkers(encoding)[0]}
+    chunkers = [by_name[name] for name in names]
+    marker = getattr(os, CALLGRIND_MARKER)
+    chunks = []
+    for chunker in chunkers:
+        chunker.run(fresh_copy(text))  # warm-up, as the wall-clock rounds after the first have it
+        copy = fresh_copy(text)
+        marker()
+        encoding.encode_ordinary(copy)
+        marker()
+        chunks.append(chunker.run(copy))
+        marker()
+    print(json.dumps(chunks))
+
+
+def instruction_table(rows: list[tuple[str, int, int, int]]) -> str:
+    lines = ["| chunker | x encode (instructions) | chunker instructions (M) | encode instructions (M) | chunks |",
+             "|---|---|---|---|---|"]
+    for name, encode, chunker, chunks in sorted(rows, key=lambda r: r[2] / r[1]):
+        ratio = chunker / encode
+        flag = " **" if name.startswith("chunkyard") and ratio > TARGET_RATIO else ""
+        lines.append(f"| {name} | {ratio:.3f}{flag} | {chunker / 1e6:,.1f} | {encode / 1e6:,.1f} | {chunks} |")
+    return "\n".join(lines)
+
+
 def _cpu(function, *args):
     """(CPU seconds of ``function(*args)``, its result)."""
     c0 = time.process_time()
@@ -422,7 +525,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", help="comma-separated substrings: run only the chunkers whose name has one")
     parser.add_argument("--stages", action="store_true",
                         help="also print where recursive's, sentence's and sentence_window's time goes, per stage")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instead of timing: count each chunker's instructions and one encode's with valgrind "
+                        "(callgrind; minutes: ~30 s of start plus ~25 s per chunker, longer for slow peers)")
+    parser.add_argument("--callgrind-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--callgrind-names", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.callgrind_child:
+        import json
+
+        logging.disable(logging.WARNING)
+        callgrind_child(args.callgrind_child, json.loads(args.callgrind_names))
+        return
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}; nothing to benchmark")
         return
@@ -438,6 +552,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         chunkers = [c for c in chunkers if any(w in c.name for w in wanted)]
+    if args.instructions:
+        print(f"workload: {len(text):,} chars, {len(files)} files joined: {', '.join(files)}")
+        print(f"chunks of {CHUNK_TOKENS} tokens; instructions counted by callgrind (valgrind), one round after a "
+              f"warm-up, python {sys.version.split()[0]}; CPU: {cpu_features()}\n")
+        print(instruction_table(instructions(chunkers, text)))
+        print(f"\nx encode (instructions) = the chunker's instructions / those of one encode_ordinary of the same "
+              f"text just before it; ** = chunkyard above the {TARGET_RATIO:g}x target.")
+        if absent:
+            print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
+        return
     for chunker in chunkers:  # warm-up: imports, tables, caches (not timed)
         chunker.run(text[:20_000])
     tokens = len(encoding.encode_ordinary(text))
