@@ -288,13 +288,15 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
         codes = code_points(text)
     elif len(codes) != len(text):
         raise ValueError(f"codes hold {len(codes)} code points for a text of {len(text)} characters")
-    size, last = len(codes), len(codes) - 1
+    size = len(codes)
     at, after, is_blank, has_cjk, has_bang = _candidate_arrays(text, codes, tables)
 
-    following = codes[np.minimum(after, last)]
+    # ``take`` rather than ``array[indexes]`` throughout: numpy's fancy indexing costs about twice
+    # as much per element; ``mode="clip"`` reads the last character for a position at the end.
+    following = codes.take(after, mode="clip")
     inside = after < size
-    closer_follows = inside & tables.is_closer[following]
-    skip = ~is_blank & inside & ~tables.is_space[following] & ~closer_follows & ~has_cjk
+    closer_follows = inside & tables.is_closer.take(following)
+    skip = ~is_blank & inside & ~tables.is_space.take(following) & ~closer_follows & ~has_cjk
     unknown = np.zeros(len(at), dtype=bool)
 
     # ``closed``: past the closing quotes / brackets after an ending run (_TAIL's first
@@ -316,36 +318,36 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
     # The next word's first character once its opening quotes / brackets are skipped
     # (``next_word.lstrip(_OPENERS)``; none when only openers come before whitespace or the end).
     word_at = end.copy()
-    stepping = np.flatnonzero(open_ & tables.is_opener[codes[np.minimum(end, last)]])
+    stepping = np.flatnonzero(open_ & tables.is_opener.take(codes.take(end, mode="clip")))
     for _ in range(_MAX_CLOSER_STEPS):
         positions = word_at[stepping]
-        stepping = stepping[(positions < size) & tables.is_opener[codes[np.minimum(positions, last)]]]
+        stepping = stepping[(positions < size) & tables.is_opener.take(codes.take(positions, mode="clip"))]
         if not len(stepping):
             break
         word_at[stepping] += 1
     unknown[stepping] = True  # still in openers: left to _evaluate
-    next_char = np.where(word_at < size, codes[np.minimum(word_at, last)], ord(" "))
+    next_char = np.where(word_at < size, codes.take(word_at, mode="clip"), ord(" "))
     beyond_table = next_char >= len(tables.is_lower)
     unknown |= open_ & beyond_table
     open_ &= ~unknown
-    open_ &= ~tables.is_lower[np.where(beyond_table, 0, next_char)]  # "approx. five": not a boundary
-    single_dot = (after - at == 1) & (codes[np.minimum(at, last)] == ord(".")) & (closed == after)
+    open_ &= ~tables.is_lower.take(np.where(beyond_table, 0, next_char))  # "approx. five": not a boundary
+    single_dot = (after - at == 1) & (codes.take(at, mode="clip") == ord(".")) & (closed == after)
     boundary |= open_ & ~single_dot  # "...", "…" or a period and closers, before a capital
     open_ &= single_dot
     # A lone period before a capital: the word before it, probed up to _WORD_PROBE characters back.
     dots = np.flatnonzero(open_)
     back = at[dots, None] - np.arange(1, _WORD_PROBE + 1)[None, :]
-    chars = codes[np.maximum(back, 0)]
-    is_break = (back < 0) | tables.is_space[chars]
+    chars = codes.take(back, mode="clip")  # before the text's start: its first character
+    is_break = (back < 0) | tables.is_space.take(chars)
     word_length = np.where(is_break.any(axis=1), is_break.argmax(axis=1), _WORD_PROBE)
     in_word = np.arange(_WORD_PROBE)[None, :] < word_length[:, None]
-    marked = (in_word & tables.is_dot_or_opener[chars]).any(axis=1)
+    marked = (in_word & tables.is_dot_or_opener.take(chars)).any(axis=1)
     # A word holding a dot but no opening quote / bracket (none to strip from its start, so
     # its last two characters are those probed) that does not end in "." then a letter
     # (an ASCII non-letter is certainly none): no dotted acronym, none of the listed words
     # (the dotted ones, "e.g" and "i.e", end so) and not an initial: the rules end the
     # sentence ("os.path. The", "3.2. The").
-    dotted_plain = marked & ~(in_word & tables.is_opener[chars]).any(axis=1) & (word_length >= 2)
+    dotted_plain = marked & ~(in_word & tables.is_opener.take(chars)).any(axis=1) & (word_length >= 2)
     folded = chars[:, 0] | 0x20
     ascii_non_letter = (chars[:, 0] < 0x80) & ~((folded >= ord("a")) & (folded <= ord("z")))
     dotted_plain &= (chars[:, 1] != ord(".")) | ascii_non_letter
@@ -424,10 +426,10 @@ def _step_over(positions, stepping, codes, is_class, max_steps: int):
     Step by step, not a search: the runs stepped over here are short."""
     import numpy as np
 
-    size, last = len(codes), len(codes) - 1
+    size = len(codes)
     for _ in range(max_steps):
         at = positions[stepping]
-        stepping = stepping[(at < size) & is_class[codes[np.minimum(at, last)]]]
+        stepping = stepping[(at < size) & is_class.take(codes.take(at, mode="clip"))]
         if not len(stepping):
             break
         positions[stepping] += 1
@@ -473,14 +475,15 @@ def _candidate_arrays(text: str, codes, tables: "_Tables"):
     for code in _ASCII_ENDING_CODES:
         mask |= codes == code
     hits = np.flatnonzero(mask)
-    hits = hits[tables.is_ending[codes[hits]]]
+    hits = hits[tables.is_ending.take(codes.take(hits))]
     blanks = np.array([m.span() for m in _BLANK_LINE.finditer(text)], dtype=np.int64).reshape(-1, 2)
     if len(hits):
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(hits) != 1) + 1))
         starts = hits[firsts]
         afters = hits[np.concatenate((firsts[1:] - 1, [len(hits) - 1]))] + 1
-        has_cjk = np.maximum.reduceat(tables.is_cjk_ending[codes[hits]], firsts)
-        has_bang = np.maximum.reduceat(tables.is_bang[codes[hits]], firsts)
+        hit_codes = codes.take(hits)
+        has_cjk = np.maximum.reduceat(tables.is_cjk_ending.take(hit_codes), firsts)
+        has_bang = np.maximum.reduceat(tables.is_bang.take(hit_codes), firsts)
     else:
         starts = afters = np.zeros(0, dtype=np.int64)
         has_cjk = has_bang = np.zeros(0, dtype=bool)

@@ -307,7 +307,9 @@ class EncodedText:
         import numpy as np
 
         ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
-        token_ends = np.cumsum(tokenizer.token_byte_lengths()[ids])
+        # ``take`` rather than ``table[ids]``: numpy's fancy indexing costs about twice as much per
+        # element (0.65 against 1.5 ms here for 345k tokens), and this runs for every document.
+        token_ends = np.cumsum(tokenizer.token_byte_lengths().take(ids))
         if (int(token_ends[-1]) if len(token_ends) else 0) != len(data):
             return None  # not the byte stream we indexed (never expected)
         table = tokenizer.token_char_starts() if len(data) != len(text) else None
@@ -327,7 +329,7 @@ class EncodedText:
             else:
                 # One gather and one sum over the tokens, instead of a binary search
                 # per offset over the continuation bytes.
-                self._token_char_ends = np.cumsum(self._char_start_table[self.ids])
+                self._token_char_ends = np.cumsum(self._char_start_table.take(self.ids))
         return self._token_char_ends
 
     def _continuation_offsets(self):
@@ -415,7 +417,7 @@ class _TiktokenSpanCounter:
         if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
         tokens_before = at + 1
-        ends = encoded.token_char_ends[at]  # word ends are character boundaries
+        ends = encoded.token_char_ends.take(at)  # word ends are character boundaries
         return cls(
             text, tokenizer.count, ends.astype(np.int64, copy=False), tokens_before.astype(np.int64, copy=False),
             tokenizer.small_counts(),
@@ -455,9 +457,9 @@ class _TiktokenSpanCounter:
         i, j = np.where(usable, i, 0), np.where(usable, j, 0)
         # A span not answered from the index is all head (its tail is empty): counted
         # as a whole below, as ``self`` would, but looked up in bulk like the heads.
-        firsts = np.where(usable, word_ends[i], ends_np)
-        lasts = np.where(usable, word_ends[j], ends_np)
-        middles = np.where(usable, self._tokens_before_np[j] - self._tokens_before_np[i], 0)
+        firsts = np.where(usable, word_ends.take(i), ends_np)
+        lasts = np.where(usable, word_ends.take(j), ends_np)
+        middles = np.where(usable, self._tokens_before_np.take(j) - self._tokens_before_np.take(i), 0)
         # Heads (span start to its first word end) and tails (last word end to the
         # span end) are short and repeat ("The", ". "): looked up in C, in bulk;
         # only misses are counted one by one. Empty ones (a span starting or ending
@@ -502,7 +504,6 @@ class _TiktokenSpanCounter:
         import numpy as np
 
         codes = self._code_points()
-        last = len(codes) - 1
         rows = np.flatnonzero((lengths > 0) & (lengths <= _PACKED_CHARS))
         starts, lengths = starts[rows], lengths[rows]
         keys = np.zeros(len(rows), dtype=np.uint64)
@@ -510,7 +511,7 @@ class _TiktokenSpanCounter:
         # Slot k (bits 8k..8k+7) holds character k + 1 (1..255), 0 past the piece's end:
         # a piece has one key and a key one piece. One gather per slot, over all rows.
         for k in range(_PACKED_CHARS):
-            chars = codes[np.minimum(starts + k, last)]
+            chars = codes.take(starts + k, mode="clip")  # past the text's end: its last character
             inside = lengths > k
             wide |= inside & (chars >= 0xFF)
             keys |= ((chars + 1) * inside).astype(np.uint64) << np.uint64(8 * k)
@@ -581,10 +582,13 @@ def _word_end_tokens(data: bytes, token_ends):
     if size == 0:
         return np.zeros(0, dtype=np.int64)
     ends = np.asarray(token_ends, dtype=np.int64)
-    last = raw[ends - 1]  # the byte before each token end
-    # The byte after each token end; the end of the text counts as a non-letter (a space).
-    following = np.frombuffer(data + b" ", dtype=np.uint8)[ends]
-    word_end = _ascii_pair_word_end_table()[(last.astype(np.uint16) << 8) | following]
+    last = raw.take(ends - 1)  # the byte before each token end (take: see EncodedText.build)
+    # The byte after each token end; the end of the text (the last token's end, and only
+    # its: token ends ascend) counts as a non-letter, a space.
+    following = raw.take(ends, mode="clip")
+    if ends[-1] >= size:
+        following[-1] = 0x20
+    word_end = _ascii_pair_word_end_table().take((last.astype(np.uint16) << 8) | following)
     mixed = np.flatnonzero((last | following) >= 0x80)
     if len(mixed):
         ends, last, following = ends[mixed], last[mixed], following[mixed]
