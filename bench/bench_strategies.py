@@ -5,6 +5,7 @@ Run::
     .venv/bin/python bench/bench_strategies.py            # the full workload (~1.4 M chars), 5 repetitions
     .venv/bin/python bench/bench_strategies.py --quick    # ~150 k chars, 3 repetitions: well under a minute
     .venv-bench/bin/python bench/bench_strategies.py      # the same, with the peers (bench/requirements-peers.txt)
+    .venv/bin/python bench/bench_strategies.py --instructions   # instructions (valgrind), not time: ~6 min ours, ~17 min with peers
 
 Workload: mixed prose from ../shared/corpus, each document parsed once (untimed) and
 the texts joined by blank lines into one text -- the Python 3.11 documentation pages
@@ -32,6 +33,9 @@ ratio over the repetitions, the median wall and CPU seconds (CPU of this process
 a ratio of CPU seconds is printed too, since wall time on a shared machine includes
 other people's work), the chunk count, the CPU's vector features and the load
 average before and after. A peer that is not importable is listed as absent.
+
+``--instructions`` counts instructions instead of timing (see :func:`instructions`): the same
+round, once, under callgrind; a ratio the machine's load does not move.
 """
 
 from __future__ import annotations
