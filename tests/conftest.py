@@ -12,6 +12,18 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_CORPUS = REPO_ROOT.parent / "shared" / "corpus"
 
+
+def load_bench(name: str):
+    """The script ``bench/<name>.py`` as a module (bench/ is not a package; its scripts run on their own)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
 ALPHA_MD = """# Alpha
 
 Alpha is the first document. It has a heading, two paragraphs and enough words

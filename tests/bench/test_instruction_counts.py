@@ -7,21 +7,14 @@ its own encode's and its own region's instructions, and that a stray marker call
 rather than shifting every row by one part.
 """
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_strategies", REPO_ROOT / "bench" / "bench_strategies.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_strategies")
 
 
 def write_dump(path, part, total, header="summary"):

@@ -6,11 +6,8 @@ Its figures come from ``bench/bench_retrieval.py``'s ``p100+ctx+late+blend0.3`` 
 the two the same configuration, so a change to either shows here.
 """
 
-import importlib.util
-import sys
-
 from orchestration.settings import load_settings
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_bench
 
 VARIANT = "paragraph_late"
 MEASURED_AS = "p100+ctx+late+blend0.3"
@@ -29,11 +26,7 @@ def commented_block(text: str, header: str) -> str:
 
 
 def bench_retrieval():
-    spec = importlib.util.spec_from_file_location("bench_retrieval", REPO_ROOT / "bench" / "bench_retrieval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_retrieval")
 
 
 def test_the_commented_retrieval_variant_is_the_measured_configuration(tmp_path):
