@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test ui ui-command bench clean venv browser
+.PHONY: run test ui ui-command bench bench-instructions clean venv browser
 
 venv: $(STAMP)
 
@@ -81,6 +81,11 @@ bench: $(BENCH_STAMP)
 	$(BENCH_PY) bench/bench_strategies.py --repeat 9
 	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, float32 default vs int8"
 	$(BENCH_PY) bench/bench_semantic.py --repeat 3
+
+# `make bench-instructions`: the chunker table again by instruction count (valgrind's callgrind,
+# which must be installed): the same ratios without the machine's load in them; ~17 min.
+bench-instructions: $(BENCH_STAMP)
+	$(BENCH_PY) bench/bench_strategies.py --instructions
 
 clean:
 	rm -rf data .dagster
