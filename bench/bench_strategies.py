@@ -5,7 +5,7 @@ Run::
     .venv/bin/python bench/bench_strategies.py            # the full workload (~1.4 M chars), 5 repetitions
     .venv/bin/python bench/bench_strategies.py --quick    # ~150 k chars, 3 repetitions: well under a minute
     .venv-bench/bin/python bench/bench_strategies.py      # the same, with the peers (bench/requirements-peers.txt)
-    .venv/bin/python bench/bench_strategies.py --instructions   # instructions (valgrind), not time: ~6 min ours, ~17 min with peers
+    .venv/bin/python bench/bench_strategies.py --instructions   # instructions (valgrind), not time: ~4 min ours, ~17 min with peers
 
 Workload: mixed prose from ../shared/corpus, each document parsed once (untimed) and
 the texts joined by blank lines into one text -- the Python 3.11 documentation pages

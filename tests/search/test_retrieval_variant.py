@@ -25,10 +25,6 @@ def commented_block(text: str, header: str) -> str:
     return "\n".join(block) + "\n"
 
 
-def bench_retrieval():
-    return load_bench("bench_retrieval")
-
-
 def test_the_commented_retrieval_variant_is_the_measured_configuration(tmp_path):
     shipped_text = (REPO_ROOT / "chunkyard.toml").read_text(encoding="utf-8")
     config = tmp_path / "chunkyard.toml"
@@ -36,7 +32,8 @@ def test_the_commented_retrieval_variant_is_the_measured_configuration(tmp_path)
     settings = load_settings(config)
     instance = {i.name: i for i in settings.strategy_instances()}[VARIANT]
 
-    measured = bench_retrieval().all_configurations(load_settings(REPO_ROOT / "chunkyard.toml"))[MEASURED_AS]
+    configurations = load_bench("bench_retrieval").all_configurations(load_settings(REPO_ROOT / "chunkyard.toml"))
+    measured = configurations[MEASURED_AS]
     spec = instance.spec
     assert spec.name == measured.strategy
     # The bench applies its overrides on the shipped strategy's table; the variant's table is
