@@ -3,7 +3,7 @@
 Run (about 6 min on a quiet 2-core machine; HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)::
 
     .venv/bin/python bench/bench_embedding_scaling.py [--multiple 10] [--repeat 3] [--calls step|set|one]
-        [--corpus examples/docs]
+        [--precision auto|float32|bfloat16|int8] [--corpus examples/docs]
 
 Issue 16 expects the embedding step to bound the 2-run / 1-run ratio of ``bench_scale.py``.
 This bench measures that bound with nothing else in the way: no Dagster, no store, no
@@ -106,14 +106,14 @@ def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list
     return [group for group in groups if group]
 
 
-def child(calls_file: Path, threads: int) -> None:
+def child(calls_file: Path, threads: int, precision: str) -> None:
     """Load the model, warm up, say ready, wait for "go" on stdin, embed, print the timing as JSON."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     groups = json.loads(calls_file.read_text(encoding="utf-8"))
     from chunking.embedding import SentenceTransformerEmbedder
 
-    embedder = SentenceTransformerEmbedder(num_threads=threads)  # precision auto, as the pipeline
+    embedder = SentenceTransformerEmbedder(num_threads=threads, precision=precision)
     embedder.embed(groups[0][:WARM_UP_TEXTS])
     print("ready", flush=True)
     sys.stdin.readline()
@@ -150,11 +150,11 @@ class Row:
         return statistics.median(getattr(s, name) for s in self.samples)
 
 
-def run_configuration(slices: list[Path], threads: int) -> Sample:
+def run_configuration(slices: list[Path], threads: int, precision: str = "auto") -> Sample:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     started = time.perf_counter()
     children = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(path),
-                                  "--threads", str(threads)], cwd=ROOT, env=env, text=True,
+                                  "--threads", str(threads), "--precision", precision], cwd=ROOT, env=env, text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE) for path in slices]
     for process in children:
         line = process.stdout.readline().strip()
@@ -206,11 +206,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="step: one embed call per strategy per range run, as the pipeline; set: per document "
                              "and strategy; one: a single call per process")
     parser.add_argument("--per-run", type=int, default=25, help="documents per range run (the CLI's batch)")
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16", "int8"),
+                        help="the embedder's precision (auto, the pipeline's default: float32 without native bf16)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.threads)
+        child(args.child, args.threads, args.precision)
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-embed-scale-") as tmp:
         work = Path(tmp)
@@ -225,13 +227,13 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(part), encoding="utf-8")
                 files[parts].append(path)
         print(f"bench_embedding_scaling: {texts} chunk texts of {len(documents)} documents, embed calls per "
-              f"{args.calls} ({args.multiple}x {args.corpus}, chunkyard.toml's "
-              f"strategies but semantic), all-MiniLM-L6-v2 (precision auto), {os.cpu_count()} cores, {args.repeat} rounds; "
+              f"{args.calls} ({args.multiple}x {args.corpus}, chunkyard.toml's strategies but semantic), "
+              f"all-MiniLM-L6-v2 (precision {args.precision}), {os.cpu_count()} cores, {args.repeat} rounds; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         rows = [Row(label, processes, threads) for label, processes, threads in CONFIGURATIONS]
         for round_index in range(args.repeat):
             for row in rows:
-                sample = run_configuration(files[row.processes], row.threads)
+                sample = run_configuration(files[row.processes], row.threads, args.precision)
                 row.samples.append(sample)
                 print(f"  round {round_index + 1}, {row.label}: embed {sample.embed_wall:.2f} s wall, "
                       f"{sample.embed_cpu:.2f} s CPU; process {sample.process_wall:.2f} s "
