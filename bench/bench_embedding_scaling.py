@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # bench_scale, a script beside this one
 
 # The same distinct copies as the pipeline bench, split between runs the same way (contiguous halves).
-from bench_scale import make_corpus, split_ranges  # noqa: E402
+from bench_scale import PER_RUN, make_corpus, range_batches, split_ranges  # noqa: E402
 
 WARM_UP_TEXTS = 8
 # (label, processes, torch threads per process)
@@ -74,18 +74,22 @@ CONFIGURATIONS = (
 
 def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[str]]]:
     """The chunk texts of ``multiple`` distinct copies of ``corpus`` (bench_scale's copies): per
-    document (in path order), strategy name -> its chunk texts, for every enabled strategy of
-    chunkyard.toml but ``semantic``."""
+    document (in document id order, as bench_scale registers them), strategy name -> its chunk
+    texts, for every strategy instance of the settings (CHUNKYARD_CONFIG, else chunkyard.toml)
+    but ``semantic`` (its chunking needs the model) and those embedded with context (their
+    embedded text is not the chunk's)."""
     from chunking import default_tokenizer
     from chunking.parsers import parse_document
     from orchestration.settings import load_settings
+    from resources.documents import scan_folder
 
     make_corpus(corpus, multiple, work)
-    instances = [i for i in load_settings(ROOT / "chunkyard.toml").strategy_instances() if i.spec.name != "semantic"]
+    settings = load_settings(os.environ.get("CHUNKYARD_CONFIG") or ROOT / "chunkyard.toml")
+    instances = [i for i in settings.strategy_instances() if i.spec.name != "semantic" and not i.embed_context]
     tokenizer = default_tokenizer()
     documents = []
-    for path in sorted(p for p in work.rglob("*") if p.is_file()):
-        document = parse_document(path, str(path.relative_to(work)))
+    for doc_id, source in sorted(scan_folder(work).items()):
+        document = parse_document(source.path, doc_id)
         documents.append({instance.name: [chunk.text for chunk in instance.spec.chunk(
             document, instance.config, tokenizer, None)] for instance in instances})
     return documents
@@ -99,8 +103,7 @@ def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list
         groups = [texts for document in documents for texts in document.values()]
     else:  # "step": per range run of at most per_run documents, one call per strategy
         groups = []
-        for first in range(0, len(documents), per_run):
-            batch = documents[first : first + per_run]
+        for batch in range_batches(documents, per_run):
             for name in dict.fromkeys(name for document in batch for name in document):
                 groups.append([text for document in batch for text in document.get(name, [])])
     return [group for group in groups if group]
@@ -114,9 +117,11 @@ def child(calls_file: Path, threads: int, precision: str) -> None:
     from chunking.embedding import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder(num_threads=threads, precision=precision)
-    embedder.embed(groups[0][:WARM_UP_TEXTS])
+    embedder.embed(["A warm-up text, not timed."] * WARM_UP_TEXTS if not groups else groups[0][:WARM_UP_TEXTS])
     print("ready", flush=True)
-    sys.stdin.readline()
+    if sys.stdin.readline() != "go\n":
+        raise SystemExit("no go from the parent: not embedding")  # the parent gave up (its stdin closed)
+    started = time.time()
     wall, cpu = time.perf_counter(), time.process_time()
     embedded: set[str] = set()  # as the store's embedding cache: a text this run embedded is not embedded again
     texts = rows = 0
@@ -127,7 +132,7 @@ def child(calls_file: Path, threads: int, precision: str) -> None:
             texts += len(fresh)
             embedded.update(fresh)
     print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
-                      "texts": texts, "rows": rows}), flush=True)
+                      "texts": texts, "rows": rows, "started": started}), flush=True)
 
 
 @dataclass
@@ -137,6 +142,7 @@ class Sample:
     process_wall: float  # from starting the children to the last exit
     child_rates: list[float]  # texts/s of each child's own embed
     embedded: int = 0  # distinct texts the children embedded, summed
+    start_spread: float = 0.0  # seconds between "go" and the last child's timed start (clock of the machine)
 
 
 @dataclass
@@ -151,28 +157,45 @@ class Row:
 
 
 def run_configuration(slices: list[Path], threads: int, precision: str = "auto") -> Sample:
+    """Start one child per calls file, wait until all have loaded the model, send them "go" at
+    once, and time them. A child that fails stops the bench, and every other child is killed."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     started = time.perf_counter()
     children = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(path),
                                   "--threads", str(threads), "--precision", precision], cwd=ROOT, env=env, text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE) for path in slices]
-    for process in children:
-        line = process.stdout.readline().strip()
-        if line != "ready":
-            raise SystemExit(f"embedding child did not get ready: {line!r} (exit {process.wait()})")
-    go = time.perf_counter()
-    for process in children:
-        process.stdin.write("go\n")
-        process.stdin.flush()
-    results = [json.loads(process.stdout.readline()) for process in children]
-    embed_wall = time.perf_counter() - go
+    try:
+        for process in children:
+            _answer(process, lambda line: line == "ready", "getting ready (importing, loading the model)")
+        go, go_clock = time.perf_counter(), time.time()
+        for process in children:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        results = [json.loads(_answer(process, lambda line: line.startswith('{"wall"'), "embedding"))
+                   for process in children]
+        embed_wall = time.perf_counter() - go
+        for process in children:
+            if process.wait() != 0:
+                raise SystemExit(f"embedding child failed with exit {process.returncode}")
+    finally:
+        for process in children:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     if any(r["rows"] != r["texts"] for r in results):
         raise SystemExit(f"an embedding child returned a number of vectors other than its texts: {results}")
-    for process in children:
-        if process.wait() != 0:
-            raise SystemExit(f"embedding child failed with exit {process.returncode}")
     return Sample(embed_wall, sum(r["cpu"] for r in results), time.perf_counter() - started,
-                  [r["texts"] / r["wall"] for r in results], sum(r["texts"] for r in results))
+                  [r["texts"] / r["wall"] for r in results], sum(r["texts"] for r in results),
+                  max(r["started"] for r in results) - go_clock)
+
+
+def _answer(process: subprocess.Popen, wanted, doing: str) -> str:
+    """The first line of ``process``'s output that is ``wanted`` (other output, such as a library's
+    notice, is passed over); SystemExit naming what the child was doing if it ends first."""
+    for line in process.stdout:
+        if wanted(line.strip()):
+            return line.strip()
+    raise SystemExit(f"an embedding child ended while {doing} (exit {process.wait()})")
 
 
 def table(rows: list[Row], texts: int) -> str:
@@ -205,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", choices=("step", "set", "one"), default="step",
                         help="step: one embed call per strategy per range run, as the pipeline; set: per document "
                              "and strategy; one: a single call per process")
-    parser.add_argument("--per-run", type=int, default=25, help="documents per range run (the CLI's batch)")
+    parser.add_argument("--per-run", type=int, default=PER_RUN, help="documents per range run (the CLI's batch)")
     parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16", "int8"),
                         help="the embedder's precision (auto, the pipeline's default: float32 without native bf16)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)

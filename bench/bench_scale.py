@@ -55,6 +55,12 @@ TEXT_SUFFIXES = {".md", ".txt", ".markdown", ".rst"}
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 STAGES = ("read", "parse", "chunk", "embed")
+PER_RUN = 25  # documents per range run: the CLI's and the backfill policy's batch
+
+
+def range_batches(keys: list, per_run: int) -> list[list]:
+    """``keys`` as the consecutive range runs of at most ``per_run`` that one process executes in turn."""
+    return [keys[i:i + per_run] for i in range(0, len(keys), per_run)]
 
 
 def distinct_copy(text: str, copy: int) -> str:
@@ -224,7 +230,7 @@ def run_ranges(keys: list[str], per_run: int) -> dict:
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     failed = 0
     with DagsterInstance.get() as instance:
-        for batch in (keys[i:i + per_run] for i in range(0, len(keys), per_run)):
+        for batch in range_batches(keys, per_run):
             result = execute_job(reconstructable(definitions.ingest_job), instance=instance,
                                  tags={RANGE_START: batch[0], RANGE_END: batch[-1]},
                                  run_config=quiet, raise_on_error=False)
@@ -576,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default=str(ROOT / "examples" / "docs"))
     parser.add_argument("--multiples", default="1,10")
     parser.add_argument("--runs", default="1,2")
-    parser.add_argument("--per-run", type=int, default=25, help="documents per range run (the CLI's batch)")
+    parser.add_argument("--per-run", type=int, default=PER_RUN, help="documents per range run (the CLI's batch)")
     parser.add_argument("--store", choices=("ducklake", "duckdb"), default="ducklake",
                         help="ducklake (default): a fresh lake per measurement, catalog in the cluster's "
                              "PostgreSQL; duckdb: a fresh embedded file (concurrent runs then wait on its lock)")

@@ -51,26 +51,61 @@ def _sample(wall, process_wall, rates):
     return bench.Sample(embed_wall=wall, embed_cpu=wall, process_wall=process_wall, child_rates=rates)
 
 
-def test_table_ratios_are_to_the_best_one_process_row():
+def _cells(line):
+    return [cell.strip() for cell in line.split("|")[1:-1]]
+
+
+def test_table_ratios_are_to_the_best_one_process_row_of_each_column():
     rows = [bench.Row(label, processes, threads) for label, processes, threads in bench.CONFIGURATIONS]
-    rows[0].samples = [_sample(3.0, 14.0, [100 / 3.0]), _sample(3.2, 15.0, [100 / 3.2])]  # median 3.1
+    # embed walls: the 2-thread row is the faster 1-process row; process walls: the 1-thread row is
+    rows[0].samples = [_sample(3.0, 20.0, [100 / 3.0]), _sample(3.2, 22.0, [100 / 3.2])]  # medians 3.1, 21.0
     rows[1].samples = [_sample(5.0, 16.0, [20.0]), _sample(5.0, 16.0, [20.0])]
-    rows[2].samples = [_sample(2.79, 13.0, [18.0, 19.0]), _sample(2.79, 13.0, [19.0, 20.0])]
+    rows[2].samples = [_sample(2.79, 12.0, [18.0, 19.0]), _sample(2.79, 12.0, [19.0, 20.0])]
+    for row in rows:
+        for sample in row.samples:
+            sample.embedded = 90
 
     lines = bench.table(rows, 100).splitlines()
 
-    two = [cell.strip() for cell in lines[4].split("|")[1:-1]]
+    header = _cells(lines[0])
+    two, one_thread, two_threads = _cells(lines[4]), _cells(lines[3]), _cells(lines[2])
+    column = {name: index for index, name in enumerate(header)}
     assert two[0] == "2 processes, 1 thread each"
-    assert two[5] == "0.90"  # 2.79 / 3.1: the embed-only ratio to the faster 1-process row
-    assert two[7] == "0.90"  # 13.0 / 14.5, process walls
-    assert two[8] == "0.95"  # median child rate 19.0 / the 1-thread process's 20.0
-    one_thread = [cell.strip() for cell in lines[3].split("|")[1:-1]]
-    assert one_thread[5] == f"{5.0 / 3.1:.2f}"
+    assert two[column["texts embedded"]] == "90"
+    assert two[column["embed wall s (median; min-max)"]] == "2.79 (2.79-2.79)"
+    assert two[column["chunk texts/s"]] == "35.8"  # 100 texts / 2.79 s
+    assert two[column["ratio to best 1 process"]] == "0.90"  # 2.79 / 3.1 (the 2-thread row)
+    assert one_thread[column["ratio to best 1 process"]] == f"{5.0 / 3.1:.2f}"
+    assert two[column["its ratio"]] == "0.75"  # 12.0 / 16.0 (the 1-thread row is best here)
+    assert two_threads[column["its ratio"]] == f"{21.0 / 16.0:.2f}"
+    # median child rate 19.0 / the 1-thread process's 20.0
+    assert two[column["per-process speed vs 1 process, 1 thread"]] == "0.95"
+
+
+def test_a_child_that_fails_stops_the_bench_and_leaves_no_process(tmp_path, monkeypatch):
+    broken = tmp_path / "calls.json"
+    broken.write_text("not json", encoding="utf-8")
+    healthy = tmp_path / "never.json"
+    healthy.write_text("[]", encoding="utf-8")
+    started = []
+
+    class RecordedPopen(bench.subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", RecordedPopen)
+
+    with pytest.raises(SystemExit, match="ended while getting ready"):
+        bench.run_configuration([broken, healthy], threads=1)
+
+    assert len(started) == 2
+    assert all(process.returncode is not None for process in started)  # the healthy one killed, not left to run
 
 
 @pytest.mark.model
-def test_children_wait_for_go_and_embed_their_share(tmp_path):
-    shares = [[["A sentence about chunking.", "Another one."], ["Third text here."]], [["Fourth."]]]
+def test_children_wait_for_go_and_embed_their_share_once(tmp_path):
+    shares = [[["A sentence about chunking.", "Another one."], ["Third text here.", "Another one."]], [["Fourth."]]]
     files = []
     for index, share in enumerate(shares):
         path = tmp_path / f"share{index}.json"
@@ -80,7 +115,7 @@ def test_children_wait_for_go_and_embed_their_share(tmp_path):
     sample = bench.run_configuration(files, threads=1)
 
     assert len(sample.child_rates) == 2 and all(rate > 0 for rate in sample.child_rates)
-    # the timed part starts after both children loaded the model: well inside the processes' wall
-    assert 0 < sample.embed_wall < sample.process_wall / 2
+    assert sample.embedded == 4  # "Another one." twice in one child's calls: embedded once, as the cache would
+    # both timed parts began after "go", which came after both children had loaded the model
+    assert 0 <= sample.start_spread < sample.embed_wall < sample.process_wall / 2
     assert sample.embed_cpu > 0
-    assert sample.embedded == 4  # every distinct text of both shares, once
