@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench_scale, a script beside this one
 
 # The same distinct copies as the pipeline bench, split between runs the same way (contiguous halves).
 from bench_scale import PER_RUN, make_corpus, range_batches, split_ranges  # noqa: E402
+from chunking.embedding import SentenceTransformerEmbedder  # noqa: E402  (numpy only until a model loads)
 
 WARM_UP_TEXTS = 8
 # (label, processes, torch threads per process)
@@ -110,12 +111,9 @@ def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list
 
 
 def child(calls_file: Path, threads: int, precision: str) -> None:
-    """Load the model, warm up, say ready, wait for "go" on stdin, embed, print the timing as JSON."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    """Load the model, warm up, say ready, wait for "go" on stdin, embed, print the timing as JSON.
+    (Offline: the parent's environment says so, and the embedder sets it too before its import.)"""
     groups = json.loads(calls_file.read_text(encoding="utf-8"))
-    from chunking.embedding import SentenceTransformerEmbedder
-
     embedder = SentenceTransformerEmbedder(num_threads=threads, precision=precision)
     embedder.embed(["A warm-up text, not timed."] * WARM_UP_TEXTS if not groups else groups[0][:WARM_UP_TEXTS])
     print("ready", flush=True)
@@ -141,8 +139,8 @@ class Sample:
     embed_cpu: float  # summed over the children's timed embeds
     process_wall: float  # from starting the children to the last exit
     child_rates: list[float]  # texts/s of each child's own embed
-    embedded: int = 0  # distinct texts the children embedded, summed
-    start_spread: float = 0.0  # seconds between "go" and the last child's timed start (clock of the machine)
+    embedded: int  # distinct texts the children embedded, summed
+    start_spread: float  # seconds between "go" and the last child's timed start (clock of the machine)
 
 
 @dataclass
@@ -229,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="step: one embed call per strategy per range run, as the pipeline; set: per document "
                              "and strategy; one: a single call per process")
     parser.add_argument("--per-run", type=int, default=PER_RUN, help="documents per range run (the CLI's batch)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16", "int8"),
+    parser.add_argument("--precision", default="auto", choices=SentenceTransformerEmbedder.PRECISIONS,
                         help="the embedder's precision (auto, the pipeline's default: float32 without native bf16)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -242,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         documents = chunk_texts(args.corpus, args.multiple, work / "corpus")
         texts = sum(len(t) for document in documents for t in document.values())
         files = {}
-        for parts in (1, 2):
+        for parts in {processes for _, processes, _ in CONFIGURATIONS}:
             files[parts] = []
             for index, share in enumerate(split_ranges(documents, parts)):
                 part = calls(share, args.calls, args.per_run)
@@ -250,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(part), encoding="utf-8")
                 files[parts].append(path)
         print(f"bench_embedding_scaling: {texts} chunk texts of {len(documents)} documents, embed calls per "
-              f"{args.calls} ({args.multiple}x {args.corpus}, chunkyard.toml's strategies but semantic), "
+              f"{args.calls} ({args.multiple}x {args.corpus}, the settings' strategies but semantic), "
               f"all-MiniLM-L6-v2 (precision {args.precision}), {os.cpu_count()} cores, {args.repeat} rounds; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         rows = [Row(label, processes, threads) for label, processes, threads in CONFIGURATIONS]

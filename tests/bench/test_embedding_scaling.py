@@ -48,7 +48,8 @@ def test_chunk_texts_cover_every_strategy_but_semantic_for_every_copy(tmp_path):
 
 
 def _sample(wall, process_wall, rates):
-    return bench.Sample(embed_wall=wall, embed_cpu=wall, process_wall=process_wall, child_rates=rates)
+    return bench.Sample(embed_wall=wall, embed_cpu=wall, process_wall=process_wall, child_rates=rates, embedded=90,
+                        start_spread=0.0)
 
 
 def _cells(line):
@@ -61,9 +62,6 @@ def test_table_ratios_are_to_the_best_one_process_row_of_each_column():
     rows[0].samples = [_sample(3.0, 20.0, [100 / 3.0]), _sample(3.2, 22.0, [100 / 3.2])]  # medians 3.1, 21.0
     rows[1].samples = [_sample(5.0, 16.0, [20.0]), _sample(5.0, 16.0, [20.0])]
     rows[2].samples = [_sample(2.79, 12.0, [18.0, 19.0]), _sample(2.79, 12.0, [19.0, 20.0])]
-    for row in rows:
-        for sample in row.samples:
-            sample.embedded = 90
 
     lines = bench.table(rows, 100).splitlines()
 
