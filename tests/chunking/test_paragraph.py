@@ -472,6 +472,16 @@ def test_anchor_nearest_each_ideal_position(tok):
     assert [s.heading for s in subs[1:]] == sorted(expected, key=lines.index)
 
 
+def test_no_anchor_warning_names_a_block_without_heading(caplog):
+    # Plain text has no heading: the warning names the block by its index instead of ''.
+    long_line = " ".join(f"word{i} is here." for i in range(400))
+    doc = with_spans([Block(block_id="b0", index=0, content=long_line)], doc_id="plain.txt")
+    with caplog.at_level(logging.WARNING, logger="chunking.strategies.paragraph"):
+        run(doc, default_tokenizer(), 200, overlap=0)
+    (message,) = [r.getMessage() for r in caplog.records if "no anchor" in r.getMessage()]
+    assert "document 'plain.txt': block #0 (text before any heading) exceeds target_max=200" in message
+
+
 def test_no_anchor_packs_then_splits_long_paragraph_with_overlap(tok, caplog):
     doc = load("long_blocks")
     long_para = doc.blocks[1].content.split("\n")[3]

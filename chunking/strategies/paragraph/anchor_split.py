@@ -54,9 +54,9 @@ def run(section: Section, ctx: _Context, origin: Section | None = None) -> list[
     if not candidates:
         # Warn once per content line; the same fallback inside its sub-blocks is detail.
         (log.warning if origin is section else log.debug)(
-            "paragraph_semantic: document %r: block %r exceeds target_max=%d (~%d tokens) with no anchor "
+            "paragraph_semantic: document %r: block %s exceeds target_max=%d (~%d tokens) with no anchor "
             "line of at most %d chars; table first, then greedy packing, then fallback to recursive_character",
-            ctx.doc_id, section.heading, lim.target_max, total, MAX_ANCHOR_CANDIDATE_LENGTH,
+            ctx.doc_id, _block_name(section), lim.target_max, total, MAX_ANCHOR_CANDIDATE_LENGTH,
         )
         return _pack_without_anchor(section, paragraphs, counts, lim.target_max, ctx)
 
@@ -83,6 +83,15 @@ def run(section: Section, ctx: _Context, origin: Section | None = None) -> list[
             identity = {"heading": anchor, "base_heading": anchor, "parent_headings": parents}
         subs.append(_section(section, paragraphs[lo:hi], ctx, counts[lo:hi], **identity))
     return [piece for sub in subs for piece in run(sub, ctx, origin)]
+
+
+def _block_name(section: Section) -> str:
+    """The block as a log names it: its heading, or where it is when it has none."""
+    if section.heading:
+        return repr(section.heading)
+    # Text before the document's first heading (a plain-text file is all of it): an
+    # empty name would leave the reader nothing to look for.
+    return f"#{section.sources[0]} (text before any heading)" if section.sources else "(text before any heading)"
 
 
 def _pack_without_anchor(
