@@ -71,6 +71,23 @@ def quiet_libraries() -> None:
     logging.getLogger("chunking").setLevel(logging.ERROR)
 
 
+def run_batch_size(batch: int | None) -> int:
+    """Documents per run: ``--batch``, else the backfill range size every document asset is
+    defined with (``CHUNKYARD_DOCUMENTS_PER_RUN``, else 25), so `run` and a UI backfill agree."""
+    if batch is not None:
+        return batch
+    from assets.partitions import DOCUMENTS_PER_RUN_ENV, documents_per_run
+
+    return documents_per_run(os.environ.get(DOCUMENTS_PER_RUN_ENV))
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return number
+
+
 def contiguous_batches(ordered_keys: list[str], selected: set[str], batch_size: int) -> list[list[str]]:
     """Split the selected keys into runs of consecutive partitions, at most ``batch_size`` each.
 
@@ -139,7 +156,7 @@ def ingest(args: argparse.Namespace) -> int:
     from resources.documents import source_fingerprint
 
     started = time.monotonic()
-    batch_size = max(1, args.batch)
+    batch_size = run_batch_size(args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
     store = store_resource.store()
@@ -444,7 +461,8 @@ database belongs to another documents folder (the message says which)."""
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docs", help="documents folder (default: settings docs_root, examples/docs)")
     p.add_argument("--force", action="store_true", help="re-run every document, not only what changed")
-    p.add_argument("--batch", type=int, default=25, help="documents per run (default 25)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help="documents per run (default: CHUNKYARD_DOCUMENTS_PER_RUN, else 25: the backfill range size)")
     p.add_argument("--progress", choices=["auto", "bar", "plain", "none"], default="auto",
                    help="bars redrawn in place (bar), a line per finished step (plain), or none; "
                         "auto = bar on a terminal, plain otherwise")

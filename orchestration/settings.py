@@ -44,7 +44,7 @@ from typing import Any, Literal, Mapping
 from dagster._utils.schedules import is_valid_cron_string  # what ScheduleDefinition checks
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 
-from chunking.embedding import DEFAULT_MODEL
+from chunking.embedding import DEFAULT_MODEL, SentenceTransformerEmbedder
 from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
 from orchestration.schedules import NIGHTLY_CRON
@@ -204,6 +204,15 @@ class Settings(BaseModel):
         if not is_valid_cron_string(value):
             raise ValueError(f"schedule_cron ({SCHEDULE_CRON_ENV}): {value!r} is not a cron string; "
                              "expected five fields such as '0 2 * * *' (02:00 UTC every day) or '*/15 * * * *'")
+        return value
+
+    @field_validator("embedding_precision")
+    @classmethod
+    def _precision_is_known(cls, value: str) -> str:
+        # Refused when the settings load, not when the first embedding step builds the model.
+        if value not in SentenceTransformerEmbedder.PRECISIONS:
+            raise ValueError(f"embedding_precision: {value!r} is not one of "
+                             f"{', '.join(SentenceTransformerEmbedder.PRECISIONS)}")
         return value
 
     @field_validator("embedding_threads", mode="before")

@@ -99,3 +99,12 @@ def test_the_setting_reaches_torch_inside_the_resource(torch_threads):
         assert materialize([threads_seen], resources={"embedding": resource}).success
         assert seen["threads"] == expected, (threads, concurrent_runs)
         assert seen["vectors"][0] == 2
+
+
+def test_an_unknown_precision_is_refused_when_the_settings_load(tmp_path):
+    config = tmp_path / "chunkyard.toml"
+    config.write_text('embedding_precision = "fp8"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"embedding_precision: 'fp8' is not one of auto, float32, bfloat16, int8"):
+        load_settings(config)
+    config.write_text('embedding_precision = "int8"\n', encoding="utf-8")
+    assert load_settings(config).embedding_precision == "int8"

@@ -1,8 +1,9 @@
 """The nightly plan and the CLI's batching (pure logic; the CLI end to end is in tests/e2e)."""
 
+import pytest
 from dagster import AssetKey
 
-from orchestration.cli import contiguous_batches
+from orchestration.cli import build_parser, contiguous_batches, run_batch_size
 from orchestration.reconcile import diff_folder
 from orchestration.schedules import plan_refresh
 
@@ -127,3 +128,18 @@ def test_schedule_skips_a_document_a_running_run_already_targets(settings, insta
 
         instance.report_run_failed(running)  # finished (and alpha still missing): planned again
         assert sorted(r.partition_key for r in schedule.evaluate_tick(context).run_requests) == ["alpha.md", "sub/beta.txt"]
+
+
+def test_run_batch_follows_the_backfill_range_size_unless_given(monkeypatch):
+    parse = build_parser().parse_args
+    monkeypatch.delenv("CHUNKYARD_DOCUMENTS_PER_RUN", raising=False)
+    assert run_batch_size(parse(["run"]).batch) == 25
+    monkeypatch.setenv("CHUNKYARD_DOCUMENTS_PER_RUN", "2")
+    assert run_batch_size(parse(["run"]).batch) == 2
+    assert run_batch_size(parse(["run", "--batch", "7"]).batch) == 7
+    monkeypatch.setenv("CHUNKYARD_DOCUMENTS_PER_RUN", "none")
+    with pytest.raises(ValueError, match="CHUNKYARD_DOCUMENTS_PER_RUN='none'"):
+        run_batch_size(parse(["run"]).batch)
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit):
+            parse(["run", "--batch", bad])
