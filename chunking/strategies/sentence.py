@@ -60,9 +60,14 @@ Where we differ from the seed's reference, on purpose:
   UTF-8 bytes for tiktoken) does not already fit its room. Inside the
   recursive split a piece is not counted when its prefix, or its parent's tokens
   per character, already puts it far over the cap (it is split either way).
-* The midpoint overlap is taken once per boundary-less run: pieces of a
-  midpoint split are halved without duplicating again (the reference's 10%
-  compounds at every level: a 2 MB run without a boundary came out ~10x larger).
+* The midpoint overlap (10% of the span cut, each side) is taken only at a cut
+  whose two halves are then final pieces; a longer boundary-less run is halved
+  without it until then. Where the halves fit the cap only with less overlap, the
+  overlap is the most that fits (exact counts, binary search). So chunks stay in
+  document order and the run is copied at most about 1.2x (the reference's 10% compounds at every level: a 2 MB run without a
+  boundary came out ~10x larger; duplicated once at the first cut, as ``reference_mode``
+  does, the chunks of a 2 MB line's second half start at character 800,000 after
+  those of its first half ran to 1,200,000).
 * ``<|endoftext|>`` and similar text counts as ordinary text (the reference raises).
 
 ``reference_mode=True`` (what ``chunking.compat.azure`` runs) reproduces the
@@ -436,9 +441,12 @@ class _Splitter:
     ) -> list[tuple[int, int, int]]:
         """Recursive split: sentence end near the midpoint, else word break, else midpoint overlap.
 
-        Returns ``(start, end, tokens)`` pieces. ``duplicated`` marks a piece of a
-        midpoint-overlap split: it is halved without duplicating again, so a
-        boundary-less run is copied 1.2x, not 1.2x per recursion level.
+        Returns ``(start, end, tokens)`` pieces, starts and ends ascending. ``duplicated``
+        marks a piece of a midpoint-overlap split: it is halved without duplicating
+        again, so a boundary-less run is copied 1.2x, not 1.2x per recursion level.
+        Natively a midpoint cut duplicates only when both its halves then fit the cap
+        (:meth:`overlapping_halves`; the pieces stay in document order); the reference
+        duplicates at the first midpoint cut, whatever the size.
         """
         tokens, density = self.tokens_within_cap(start, end, density)
         if tokens is not None or end - start <= 1:
@@ -464,9 +472,50 @@ class _Splitter:
                 cut + 1, end, duplicated, boundaries, density
             )
         overlap = 0 if duplicated else length * self.config.split_overlap_percent // 100
-        return self.split_oversized(start, middle + overlap, True, boundaries, density) + self.split_oversized(
-            middle - overlap, end, True, boundaries, density
+        if self.config.reference_mode or not overlap:
+            return self.split_oversized(start, middle + overlap, True, boundaries, density) + self.split_oversized(
+                middle - overlap, end, True, boundaries, density
+            )
+        # Native: the seed's duplicated region only where both halves are then final
+        # pieces. Taken higher up, a first half's later pieces start after the second
+        # half's first ones (chunks out of document order, the region hundreds of
+        # thousands of characters on a megabyte line); taken at every level, it
+        # compounds. So a larger span is halved as it is, and its own cuts duplicate.
+        pair = self.overlapping_halves(start, middle, end, overlap, density)
+        if pair is not None:
+            return pair
+        return self.split_oversized(start, middle, False, boundaries, density) + self.split_oversized(
+            middle, end, False, boundaries, density
         )
+
+    def overlapping_halves(
+        self, start: int, middle: int, end: int, overlap: int, density: float
+    ) -> list[tuple[int, int, int]] | None:
+        """``[start, middle + o)`` and ``[middle - o, end)`` with their counts, both within the cap:
+        ``o = overlap`` when that fits, else the largest ``o < overlap`` found to fit (a
+        binary search on exact counts), so a cut whose plain halves fit keeps some shared
+        text. ``None`` when the plain halves do not fit either (the span is halved first)."""
+
+        def halves(o: int) -> tuple[int, int] | None:
+            left = self.tokens_within_cap(start, middle + o, density)[0]
+            right = self.tokens_within_cap(middle - o, end, density)[0] if left is not None else None
+            return None if right is None else (left, right)
+
+        fitting, at = halves(overlap), overlap
+        if fitting is None:
+            fitting, at = halves(0), 0
+            if fitting is None:
+                return None
+            # Invariant: ``at`` fits, ``over`` does not.
+            over = overlap
+            while over - at > 1:
+                probe = (at + over) // 2
+                counts = halves(probe)
+                if counts is None:
+                    over = probe
+                else:
+                    fitting, at = counts, probe
+        return [(start, middle + at, fitting[0]), (middle - at, end, fitting[1])]
 
     @cached_property
     def sentence_end_pattern(self) -> re.Pattern[str]:

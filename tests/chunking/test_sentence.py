@@ -73,6 +73,27 @@ def test_example_3_midpoint_split_with_duplicated_overlap():
     assert chunks[0].endswith(duplicated) and chunks[1].startswith(duplicated)
 
 
+def test_a_long_run_without_boundary_is_cut_in_document_order():
+    # 1,000 boundary-less chars, 100 per chunk: the seed's midpoint overlap (10% of the cut
+    # span on each side) at every cut whose halves are final pieces; pieces in order.
+    text = (EXAMPLE_3 * 9)[:1000]
+    pieces = split_oversized(text, CharTokenizer(), SentenceConfig(max_tokens_per_section=100))
+    starts, ends = [s for s, _ in pieces], [e for _, e in pieces]
+    assert starts == sorted(starts) and ends == sorted(ends)
+    assert starts[0] == 0 and ends[-1] == 1000 and all(e - s <= 100 for s, e in pieces)
+    # 1000 -> 8 spans of 125 chars, each cut at its middle with 12 chars each side.
+    assert pieces[:2] == [(0, 62 + 12), (62 - 12, 125)]
+    assert sum(e - s for s, e in pieces) == 1000 + 8 * 24
+    # Halves that fit the cap only with less than the 10% share the most that fits:
+    # 190 chars, halves of 95, 19 more each would be 114 > 100, so 5 more each.
+    assert split_oversized(text[:190], CharTokenizer(), SentenceConfig(max_tokens_per_section=100)) == [
+        (0, 100), (90, 190)]
+    # The reference duplicates at its first cut instead (the compat module's behaviour):
+    # its second half starts before pieces of the first half do.
+    reference = split_oversized(text, CharTokenizer(), SentenceConfig(max_tokens_per_section=100, reference_mode=True))
+    assert [s for s, _ in reference] != sorted(s for s, _ in reference)
+
+
 def test_example_3b_word_break_instead_of_overlap():
     text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron"
     chunks = texts_of(paged(text), CharTokenizer(), max_tokens_per_section=60)

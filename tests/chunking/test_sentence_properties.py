@@ -67,9 +67,11 @@ def check_sentence_chunks(doc: ParsedDocument, chunks: list, cap: int) -> None:
 
     # Order preserved and every input character appears in the output: the input
     # is a subsequence of the chunks read in order (overlaps only add repeats).
-    # (Starts are not monotonic: the seed's midpoint split duplicates 10% on each
-    # side, so a deeper piece of a first half can start after the second half does.)
     assert is_subsequence(no_ws(doc.text), no_ws("".join(c.text for c in chunks)))
+    # Document order by span too: the midpoint split's duplicated region is taken only
+    # where both halves are final pieces, so no piece starts (or ends) before the last.
+    assert [c.char_start for c in chunks] == sorted(c.char_start for c in chunks)
+    assert [c.char_end for c in chunks] == sorted(c.char_end for c in chunks)
 
     # Offsets map back to the input.
     for c in chunks:
