@@ -25,7 +25,9 @@ Invariants a caller relies on:
   suffix copied from the next chunk (strip it to highlight the chunk's own text).
 * ``metadata["page_num"]`` is the page that owns the chunk (the Azure ``page_num``):
   the page it was accumulated on, the earlier page after a merge, the later page
-  after a carry-forward. ``page_start``/``page_end`` are the pages its char span lies on.
+  after a carry-forward (natively, a piece of a carry-forward, re-packed or re-split,
+  that holds only carried text takes the last page it has text on: ``page_num`` is
+  always within ``page_start``..``page_end``). ``page_start``/``page_end`` are the pages its char span lies on.
 
 Where we differ from the seed's reference, on purpose:
 
@@ -1118,7 +1120,12 @@ class _Splitter:
             if page_offsets is None:
                 page_offsets = [page.char_offset for page in pages]
             page_start, page_end = doc.page_at(start, page_offsets), doc.page_at(max(end - 1, start), page_offsets)
-        metadata: dict[str, object] = {"page_num": pages[draft.home].page_num}
+        page_num = pages[draft.home].page_num
+        if not self.config.reference_mode:
+            # A piece of carried text re-packed or re-split after a carry-forward can hold none
+            # of the later page that owns its draft: it is then owned by the last page it has text on.
+            page_num = min(max(page_num, page_start), page_end)
+        metadata: dict[str, object] = {"page_num": page_num}
         if figure:
             metadata["cap_exempt"] = "figure"
         if overlap:

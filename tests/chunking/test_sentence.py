@@ -269,6 +269,23 @@ def test_real_pdf_with_mid_sentence_page_breaks(tiktoken_tokenizer):
     assert all(ch in remaining for ch in re.sub(r"\s+", "", doc.text))  # nothing dropped, order kept
 
 
+def test_owning_page_is_one_the_chunk_has_text_on_after_a_repacked_carry_forward(tiktoken_tokenizer):
+    # Page 38 -> 39 of this PDF: the carried fragment and page 39 re-pack into pieces, the
+    # first of them all page-38 text, which the later page's number used to be given.
+    pdf = CORPUS / "pdf" / "library_sqlite3.pdf"
+    if not pdf.is_file():
+        pytest.skip("shared corpus not available")
+    from chunking.parsers import parse_document
+
+    doc = parse_document(pdf, "pdf/library_sqlite3.pdf")
+    config = {"max_tokens_per_section": 200, "max_section_length": 600}
+    chunks = chunk_sentence(doc, SentenceConfig(**config), tiktoken_tokenizer)
+    assert all(c.page_start <= c.metadata["page_num"] <= c.page_end for c in chunks)
+    page_39 = next(p.char_offset for p in doc.pages if p.page_num == 39)
+    (last_of_38,) = [c for c in chunks if c.char_end == page_39 - 1]  # the carried piece (before the newline)
+    assert (last_of_38.page_start, last_of_38.page_end, last_of_38.metadata["page_num"]) == (38, 38, 38)
+
+
 # -- the segmenter's vectorised scan of long texts ------------------------------------
 
 _SEGMENT_PIECES = [

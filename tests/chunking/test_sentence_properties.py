@@ -68,6 +68,9 @@ def check_sentence_chunks(doc: ParsedDocument, chunks: list, cap: int) -> None:
     # Order preserved and every input character appears in the output: the input
     # is a subsequence of the chunks read in order (overlaps only add repeats).
     assert is_subsequence(no_ws(doc.text), no_ws("".join(c.text for c in chunks)))
+    # The owning page is one the chunk has text on.
+    for c in chunks:
+        assert c.page_start <= c.metadata["page_num"] <= c.page_end, c
     # Document order by span too: the midpoint split's duplicated region is taken only
     # where both halves are final pieces, so no piece starts (or ends) before the last.
     assert [c.char_start for c in chunks] == sorted(c.char_start for c in chunks)
