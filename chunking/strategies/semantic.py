@@ -181,11 +181,13 @@ def split_semantic(
     window_mode: WindowMode = "combine",
     window_shape: WindowShape = "gap",
     chunk_overlap_token_size: int = 0,
+    doc_id: str = "",
 ) -> list[Span]:
     """Split ``text`` at semantic breakpoints into spans of at most ``chunk_token_size`` tokens.
 
     ``embed`` maps a list of strings to a ``(len, dim)`` array; None falls back to
     R (``split_recursive`` with ``chunk_overlap_token_size``) and logs a warning.
+    ``doc_id`` names the document in the warnings (a folder's log interleaves many).
     """
     if chunk_token_size < 1:
         raise ValueError(f"chunk_token_size must be at least 1, got {chunk_token_size}")
@@ -200,8 +202,8 @@ def split_semantic(
         return []
     if embed is None:
         logger.warning(
-            "semantic: no embedding function; fallback to recursive_character with chunk_token_size=%d",
-            chunk_token_size,
+            "semantic: %sno embedding function; fallback to recursive_character with chunk_token_size=%d",
+            _document(doc_id), chunk_token_size,
         )
         return split_recursive(text, tokenizer, chunk_token_size, chunk_overlap_token_size, CJK_SEPARATORS)
 
@@ -212,7 +214,11 @@ def split_semantic(
     groups = fit_groups_to_cap(_groups(len(units), breaks), sizes, chunk_token_size)
     if min_chunk_size is not None:
         groups = merge_small_groups(groups, sizes, distances, min_chunk_size, chunk_token_size)
-    return _GroupEmitter(text, units, sizes, tokenizer, chunk_token_size).emit_all(groups)
+    return _GroupEmitter(text, units, sizes, tokenizer, chunk_token_size, doc_id).emit_all(groups)
+
+
+def _document(doc_id: str) -> str:
+    return f"document {doc_id!r}: " if doc_id else ""
 
 
 # --- units ---------------------------------------------------------------------
@@ -569,8 +575,10 @@ def fit_groups_to_cap(groups: list[Group], sizes: UnitSizes, cap: int) -> list[G
 class _GroupEmitter:
     """Turns unit groups into spans within the cap, measuring each span's text once."""
 
-    def __init__(self, text: str, units: list[tuple[int, int]], sizes: UnitSizes, tokenizer: Tokenizer, cap: int):
+    def __init__(self, text: str, units: list[tuple[int, int]], sizes: UnitSizes, tokenizer: Tokenizer, cap: int,
+                 doc_id: str = ""):
         self.text = text
+        self.doc_id = doc_id
         self.units = units
         self.sizes = sizes
         self.tokenizer = tokenizer
@@ -606,8 +614,8 @@ class _GroupEmitter:
     def resplit_unit(self, i: int) -> list[Span]:
         start, end = self.units[i]
         logger.warning(
-            "semantic: the sentence or table at chars %d-%d exceeds %d tokens; re-split by recursive_character",
-            start, end, self.cap,
+            "semantic: %sthe sentence or table at chars %d-%d exceeds %d tokens; re-split by recursive_character",
+            _document(self.doc_id), start, end, self.cap,
         )  # fmt: skip
         return [
             Span(start + s.start, start + s.end, s.text, s.tokens)
@@ -649,6 +657,7 @@ def chunk_semantic(
         window_mode=config.window_mode,
         window_shape=config.window_shape,
         chunk_overlap_token_size=config.chunk_overlap_token_size,
+        doc_id=doc.doc_id,
     )
     base = {} if embed is not None else {"fallback": "recursive_character: no embedding model"}
     tables = table_regions(doc.text)

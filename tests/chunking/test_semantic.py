@@ -499,3 +499,15 @@ def test_text_a_sentence_regex_matches_stays_in_the_unit_before_it():
     text = "alpha x beta x gamma"
     spans = split_semantic(text, CHAR, TopicEmbed(), chunk_token_size=6, sentence_split_regex="x")
     assert "".join(s.text for s in spans).replace(" ", "") == text.replace(" ", "")
+
+
+def test_the_strategy_names_its_document_in_its_warnings(caplog):
+    # A folder's log interleaves documents: each warning says whose text it is about.
+    table = "<table>" + "<tr><td>cell</td></tr>" * 30 + "</table>"
+    doc = ParsedDocument.from_text("Intro.\n" + table + "\nOutro.", doc_id="reports/q3.md")
+    with caplog.at_level(logging.WARNING, logger="chunking.strategies.semantic"):
+        chunk_semantic(doc, SemanticConfig(chunk_token_size=200), CHAR, _embedder())
+        chunk_semantic(doc, SemanticConfig(chunk_token_size=200, allow_recursive_fallback=True), CHAR, None)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("semantic: document 'reports/q3.md': the sentence or table at chars 7-") for m in messages)
+    assert any(m.startswith("semantic: document 'reports/q3.md': no embedding function") for m in messages)
