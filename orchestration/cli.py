@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import quote
 
-from orchestration.run_report import EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code
+from orchestration.run_report import (
+    EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code, run_events,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RANGE_START = "dagster/asset_partition_range_start"
@@ -210,14 +212,14 @@ def ingest(args: argparse.Namespace) -> int:
     progress = RunProgress(len(selected), len(definitions.project.graph_order), time.monotonic())
     printer = ProgressPrinter(progress, sys.stdout, tty=tty)
 
-    def execute(tags: dict[str, str], index: int, documents: int):
+    def execute(tags: dict[str, str], index: int, documents: int, retrying: str | None = None):
         token = uuid.uuid4().hex
-        progress.start_run(index, len(batches), documents)
+        progress.start_run(index, len(batches), documents, retrying)
         watcher = nullcontext() if args.progress == "none" else EventLogWatcher(instance, (BATCH_TAG, token), printer)
         with watcher:
             result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id},
                                  run_config=QUIET, raise_on_error=False)
-        tally.add_run(result)
+        tally.add_run(result, run_events(instance, result.run_id))
         return result
 
     for index, batch in enumerate(batches, start=1):
@@ -230,8 +232,7 @@ def ingest(args: argparse.Namespace) -> int:
               f"{'ok' if result.success else 'FAILED'}", flush=True)
         for doc_id in (errored if len(batch) > 1 else []):
             # Re-run alone so the failure lands on this document's own partition.
-            progress.total_documents += 1
-            single = execute({"dagster/partition": doc_id}, index, 1)
+            single = execute({"dagster/partition": doc_id}, index, 1, retrying=doc_id)
             progress.end_run()
             print(f"  run {single.run_id[:8]}: {doc_id} alone: {'ok' if single.success else 'failed'}", flush=True)
 
@@ -261,7 +262,7 @@ def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> N
 
     result = execute_job(reconstructable(definitions.stats_job), instance=instance, tags=tags,
                          run_config=QUIET, raise_on_error=False)
-    tally.add_run(result)
+    tally.add_run(result, run_events(instance, result.run_id))
     if not result.success:
         tally.failed_batches += 1  # not a document's failure: exit code 2
     print(f"  run {result.run_id[:8]}: {STATS_ASSET}: {'ok' if result.success else 'FAILED'}", flush=True)

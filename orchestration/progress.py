@@ -47,11 +47,21 @@ class RunProgress:
     finished_units: int = 0  # document-steps of the runs already over
     steps: dict[str, StepProgress] = field(default_factory=dict)
     current_step: str | None = None
+    # The document a failed batch's re-run takes alone: its batch already counted it, so the
+    # re-run adds no document to the total and none done.
+    retrying: str | None = None
 
-    def start_run(self, index: int, runs_total: int, documents: int) -> None:
+    def start_run(self, index: int, runs_total: int, documents: int, retrying: str | None = None) -> None:
         self.run_index, self.runs_total, self.batch_documents = index, runs_total, documents
+        self.retrying = retrying
         self.steps = {}
         self.current_step = None
+
+    @property
+    def run_label(self) -> str:
+        if self.retrying is not None:
+            return f"run {self.run_index}/{self.runs_total} re-run of {self.retrying} alone"
+        return f"run {self.run_index}/{self.runs_total}"
 
     def step_started(self, step: str) -> None:
         self.steps.setdefault(step, StepProgress(step, self.batch_documents))
@@ -66,7 +76,9 @@ class RunProgress:
 
     def end_run(self) -> None:
         # Steps a failed run skipped count as done: the run is over for its documents.
-        self.finished_units += self.batch_documents * self.steps_per_run
+        if self.retrying is None:
+            self.finished_units += self.batch_documents * self.steps_per_run
+        self.retrying = None
         self.steps = {}
         self.current_step = None
 
@@ -76,7 +88,7 @@ class RunProgress:
 
     @property
     def units_done(self) -> int:
-        in_run = sum(s.done for s in self.steps.values())
+        in_run = 0 if self.retrying is not None else sum(s.done for s in self.steps.values())
         return min(self.finished_units + in_run, self.units_total)
 
     @property
@@ -126,10 +138,10 @@ def overall_line(progress: RunProgress, now: float) -> str:
 def step_line(progress: RunProgress) -> str:
     step = progress.steps.get(progress.current_step or "")
     if step is None:
-        return f"run {progress.run_index}/{progress.runs_total}: starting"
+        return f"{progress.run_label}: starting"
     done = sum(1 for s in progress.steps.values() if s.finished)
     return (
-        f"run {progress.run_index}/{progress.runs_total} step {done}/{progress.steps_per_run} "
+        f"{progress.run_label} step {done}/{progress.steps_per_run} "
         f"{step.name:<28} [{bar(step.done / (step.documents or 1), 12)}] {step.done}/{step.documents}"
     )
 
@@ -142,7 +154,7 @@ def render_tty(progress: RunProgress, now: float) -> str:
 def render_plain(progress: RunProgress, step: StepProgress, now: float) -> str:
     """One line per finished step, for logs and pipes: no bars redrawn, no control characters."""
     return (
-        f"  run {progress.run_index}/{progress.runs_total} {step.name}: {step.outcome} "
+        f"  {progress.run_label} {step.name}: {step.outcome} "
         f"({step.documents} document{'s' if step.documents != 1 else ''}); overall {progress.documents_done:.1f}/{progress.total_documents} documents, "
         f"{format_rate(progress.rate(now))}, elapsed {format_seconds(now - progress.started)}, "
         f"ETA {format_seconds(progress.eta(now))}"

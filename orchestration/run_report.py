@@ -70,7 +70,10 @@ class RunTally:
     # One line per run-level failure that names no document (the step and the error's first line).
     run_errors: list[str] = field(default_factory=list)
 
-    def add_run(self, result) -> None:
+    def add_run(self, result, events=None) -> None:
+        """Count one run: ``events`` (its events from the instance, :func:`run_events`), else
+        ``result.all_events``, which lacks what a step logs with ``context.log_event`` (the
+        failed check a one-document run records before its step fails)."""
         from dagster import AssetCheckSeverity, DagsterEventType
 
         self.runs += 1
@@ -79,7 +82,7 @@ class RunTally:
         # A one-partition run's check results carry no partition: they are that partition's.
         run = getattr(result, "dagster_run", None)
         single_partition = single_partition_of(run.tags) if run is not None else None
-        for event in result.all_events:
+        for event in result.all_events if events is None else events:
             kind = event.event_type
             if kind == DagsterEventType.ASSET_MATERIALIZATION:
                 # Each partition's event carries that document's own counts (a text embedded
@@ -126,6 +129,15 @@ class RunTally:
         for (name, _), outcome in self.checks.items():
             counts.setdefault(name, Counter())[outcome] += 1
         return counts
+
+
+def run_events(instance, run_id: str) -> list:
+    """The events of a run that :meth:`RunTally.add_run` counts, as the instance stored them."""
+    from dagster import DagsterEventType
+
+    kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION,
+             DagsterEventType.STEP_FAILURE}
+    return [entry.dagster_event for entry in instance.all_logs(run_id, of_type=kinds) if entry.dagster_event]
 
 
 def single_partition_of(tags) -> str | None:

@@ -177,6 +177,25 @@ def test_plain_progress_prints_one_line_per_finished_step_with_rate_and_eta():
     assert progress.documents_done == 5.0
 
 
+def test_a_failed_batchs_re_run_of_one_document_adds_no_document():
+    # Batch of 2, one fails and is re-run alone: still 2 documents, and the lines say so.
+    progress = RunProgress(total_documents=2, steps_per_run=1, started=0.0)
+    out = io.StringIO()
+    printer = ProgressPrinter(progress, out, tty=False, clock=lambda: 4.0)
+    progress.start_run(1, 1, 2)
+    progress.step_started("parsed_documents")
+    progress.document_done("parsed_documents", "good.md")
+    printer.step_finished("parsed_documents", "done")
+    progress.end_run()
+    progress.start_run(1, 1, 1, retrying="broken.pdf")
+    progress.step_started("parsed_documents")
+    printer.step_finished("parsed_documents", "FAILED")
+    progress.end_run()
+    assert progress.documents_done == 2.0 and progress.total_documents == 2
+    assert out.getvalue().splitlines()[-1].startswith(
+        "  run 1/1 re-run of broken.pdf alone parsed_documents: FAILED (1 document); overall 2.0/2 documents")
+
+
 def test_tty_progress_redraws_bars_in_place():
     progress = RunProgress(total_documents=4, steps_per_run=1, started=0.0)
     out = io.StringIO()
