@@ -351,12 +351,15 @@ def open_store(db: str | None):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from orchestration.status import cost_comparison, format_status, stored_status
+    from orchestration.status import cost_comparison, document_rows, format_documents, format_status, stored_status
 
     store = open_store(args.db)
     with store.connect(read_only=True) as con:
         if args.costs:
             print(cost_comparison(con, previous=max(1, args.runs)))
+            return 0
+        if args.documents:
+            print(format_documents(document_rows(con), store.location()))
             return 0
         folders = stored_status(con)
     print(format_status(folders, store.location()))
@@ -378,7 +381,7 @@ def resolve_document(store, name: str) -> str:
     if matches:
         raise CliError(f"{name!r} matches several documents: {', '.join(matches)}; give the document id")
     known = ", ".join(sorted(ids)[:10]) + (" ..." if len(ids) > 10 else "")
-    raise CliError(f"no stored document {name!r}; stored: {known or 'none'} (chunkyard status lists them)")
+    raise CliError(f"no stored document {name!r}; stored: {known or 'none'} (chunkyard status --documents lists them)")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -398,13 +401,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
-    from orchestration.status import run_sql
+    from orchestration.status import MAX_CELL, run_sql
 
     query = sys.stdin.read() if args.query in (None, "-") else args.query
     store = open_store(args.db)
     with store.connect(read_only=True) as con:
         try:
-            print(run_sql(con, query, args.max_rows))
+            print(run_sql(con, query, args.max_rows, None if args.full else MAX_CELL))
         except duckdb.Error as exc:
             raise CliError(f"sql: {exc}") from None
     return 0
@@ -477,6 +480,8 @@ def add_status_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", action="store_true",
                    help="seconds per document per stage of the latest run, against the runs before it")
     p.add_argument("--runs", type=int, default=5, help="with --costs: how many earlier runs to compare with (default 5)")
+    p.add_argument("--documents", action="store_true",
+                   help="one line per stored document: its id, status, current chunks, chunks kept from an earlier parse")
     add_db_argument(p)
 
 
@@ -490,6 +495,7 @@ def add_show_arguments(p: argparse.ArgumentParser) -> None:
 def add_sql_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", nargs="?", help="SQL to run read-only; '-' or nothing reads it from stdin")
     p.add_argument("--max-rows", type=int, default=100, help="rows printed at most (default 100)")
+    p.add_argument("--full", action="store_true", help="print every cell whole (default: cut at 60 characters)")
     add_db_argument(p)
 
 

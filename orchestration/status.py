@@ -21,6 +21,10 @@ class FolderStatus:
     # strategy -> (documents with chunks, chunks, embeddings, max tokens)
     strategies: dict[str, tuple[int, int, int, int]]
     failed: list[tuple[str, str]]  # (doc_id, cause without the file name)
+    # Documents whose current bytes did not parse but whose last good parse's chunks are kept
+    # (not current: the current_* views, search and the checks leave them out), and those chunks.
+    kept_documents: int = 0
+    kept_chunks: int = 0
 
 
 def stored_status(con) -> list[FolderStatus]:
@@ -48,7 +52,50 @@ def stored_status(con) -> list[FolderStatus]:
         "SELECT coalesce(source_root, ''), doc_id, error FROM documents WHERE status = 'error' ORDER BY ALL"
     ).fetchall():
         folders[root]["failed"].append((doc_id, bare_cause(doc_id, error or "")))
+    for row in document_rows(con):
+        if row.kept_chunks:
+            folders[row.source_root]["kept_documents"] = folders[row.source_root].get("kept_documents", 0) + 1
+            folders[row.source_root]["kept_chunks"] = folders[row.source_root].get("kept_chunks", 0) + row.kept_chunks
     return [FolderStatus(root, **values) for root, values in sorted(folders.items())]
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    source_root: str
+    doc_id: str
+    status: str
+    strategies: int  # strategies with current chunks
+    chunks: int  # current chunks, all strategies
+    kept_chunks: int  # chunks of an earlier good parse, kept but not current
+    cause: str  # why it failed ("" when parsed)
+
+
+def document_rows(con) -> list[DocumentRow]:
+    """Every stored document: its status, its current chunks, and the chunks kept from an earlier parse."""
+    rows = con.execute(
+        """
+        WITH everything AS (SELECT doc_id, count(*) AS n FROM chunks GROUP BY ALL),
+             current AS (SELECT doc_id, count(*) AS n, count(DISTINCT strategy) AS strategies
+                         FROM current_chunks GROUP BY ALL)
+        SELECT coalesce(d.source_root, ''), d.doc_id, d.status, coalesce(c.strategies, 0), coalesce(c.n, 0),
+               coalesce(e.n, 0) - coalesce(c.n, 0), coalesce(d.error, '')
+        FROM documents d LEFT JOIN everything e USING (doc_id) LEFT JOIN current c USING (doc_id)
+        ORDER BY ALL
+        """
+    ).fetchall()
+    return [DocumentRow(root, doc_id, status, int(strategies), int(chunks), int(kept),
+                        bare_cause(doc_id, error) if error else "")
+            for root, doc_id, status, strategies, chunks, kept, error in rows]
+
+
+def format_documents(rows: Sequence[DocumentRow], location: str) -> str:
+    """One line per stored document (the ids ``chunkyard show`` and ``search --doc`` take)."""
+    if not rows:
+        return f"{location}\nnothing stored yet (chunkyard run --docs FOLDER)"
+    table = format_table(
+        ["document", "status", "strategies", "chunks", "kept, not current", "cause"],
+        [(r.doc_id, r.status, r.strategies, r.chunks, r.kept_chunks, r.cause) for r in rows], max_cell=None)
+    return f"{location}\n{table}"
 
 
 def format_status(folders: Sequence[FolderStatus], location: str) -> str:
@@ -66,6 +113,10 @@ def format_status(folders: Sequence[FolderStatus], location: str) -> str:
         if folder.failed:
             lines.append(f"  failed documents ({len(folder.failed)}):")
             lines += [f"    {doc_id}  {cause}" for doc_id, cause in folder.failed]
+        if folder.kept_documents:
+            lines.append(f"  kept from an earlier good parse, not current (not counted above, not searched): "
+                         f"{folder.kept_chunks} chunks of {folder.kept_documents} document(s) "
+                         f"(chunkyard status --documents)")
     return "\n".join(lines)
 
 
@@ -91,17 +142,19 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell
     return "\n".join([line(list(columns)), "  ".join("-" * w for w in widths)] + [line(r) for r in cells])
 
 
-def run_sql(con, query: str, max_rows: int) -> str:
-    """Run one read-only query; the result as a table (at most ``max_rows`` rows, and says so)."""
+def run_sql(con, query: str, max_rows: int, max_cell: int | None = MAX_CELL) -> str:
+    """Run one read-only query; the result as a table (at most ``max_rows`` rows, and says so;
+    cells cut at ``max_cell`` characters, None: whole)."""
     relation = con.sql(query)
     if relation is None:  # a statement without a result (SET, PRAGMA ...)
         return "ok"
     columns = list(relation.columns)
     rows = relation.fetchmany(max_rows + 1)
-    text = format_table(columns, rows[:max_rows])
+    text = format_table(columns, rows[:max_rows], max_cell)
     shown = min(len(rows), max_rows)
     more = " (more not shown; --max-rows N)" if len(rows) > max_rows else ""
-    return f"{text}\n({shown} row{'s' if shown != 1 else ''}{more})"
+    cut = any(len(cell(v, None)) > max_cell for row in rows[:max_rows] for v in row) if max_cell else False
+    return f"{text}\n({shown} row{'s' if shown != 1 else ''}{more}{'; long cells cut: --full' if cut else ''})"
 
 
 # --- whole-pipeline cost (the stage_costs table, written by the assets: assets/costs.py) ----------

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from orchestration.run_report import bare_cause
+
 PALETTE = ("#ffd6a5", "#caffbf", "#9bf6ff", "#bdb2ff", "#ffc6ff", "#fdffb6")
 
 
@@ -187,7 +189,11 @@ def load_view(store, doc_id: str, strategies: Iterable[str] | None = None) -> tu
     """
     doc = store.load_parsed(doc_id)
     if doc is None:
-        raise LookupError(f"{doc_id}: no parsed text stored (unknown document, or its parse failed)")
+        row = store.document(doc_id)
+        if row is None:
+            raise LookupError(f"{doc_id}: no such document stored")
+        cause = bare_cause(doc_id, row.get("error") or "") or "no cause recorded"
+        raise LookupError(f"{doc_id}: nothing to show: its current bytes did not parse ({cause})")
     with store.connect(read_only=True) as con:
         rows = con.execute(
             """SELECT strategy, chunk_index, char_start, char_end, token_count, page_start, page_end, heading_path

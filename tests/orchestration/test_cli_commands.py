@@ -72,6 +72,24 @@ def test_status_shows_stored_counts_per_folder_and_strategy_and_failed_documents
     assert out.count("broken.pdf") == 1  # the file is named once, not "broken.pdf: broken.pdf: ..."
 
 
+def test_status_documents_lists_ids_and_the_chunks_kept_from_an_earlier_parse(store, capsys):
+    with store.connect(read_only=True) as con:
+        (stored,) = con.execute("SELECT count(*) FROM chunks WHERE doc_id = 'notes/a.txt'").fetchone()
+    code, out, _ = run_main(capsys, "status", "--documents", "--db", str(store.path))
+    assert code == 0
+    assert re.search(rf"notes/a\.txt\s+parsed\s+2\s+{stored}\s+0\s*$", out, re.M), out
+    assert re.search(r"broken\.pdf\s+error\s+0\s+0\s+0\s+PDF is truncated", out), out
+    # The document changes and its new bytes fail: its chunks are kept, no longer current.
+    store.record_error("notes/a.txt", "/docs", "notes/a.txt", "new-sha", 10, "notes/a.txt: not UTF-8 text")
+    code, out, _ = run_main(capsys, "status", "--documents", "--db", str(store.path))
+    assert re.search(rf"notes/a\.txt\s+error\s+0\s+0\s+{stored}\s+not UTF-8 text", out), out
+    code, out, _ = run_main(capsys, "status", "--db", str(store.path))
+    assert f"kept from an earlier good parse, not current (not counted above, not searched): {stored} chunks of 1 document(s)" in out
+    # show's hint names the command that lists the ids.
+    code, _, err = run_main(capsys, "show", "nothing.md", "--db", str(store.path))
+    assert code != 0 and "(chunkyard status --documents lists them)" in err
+
+
 def test_status_and_sql_on_a_missing_database_say_so_and_create_nothing(tmp_path, capsys):
     missing = tmp_path / "none.duckdb"
     code, _, err = run_main(capsys, "status", "--db", str(missing))
@@ -94,6 +112,14 @@ def test_sql_prints_a_table_and_is_read_only(store, capsys):
 def test_sql_limits_rows_and_says_so(store, capsys):
     code, out, _ = run_main(capsys, "sql", "SELECT * FROM range(10)", "--max-rows", "3", "--db", str(store.path))
     assert code == 0 and out.strip().endswith("(3 rows (more not shown; --max-rows N))")
+
+
+def test_sql_cuts_long_cells_says_so_and_full_prints_them_whole(store, capsys):
+    query = "SELECT repeat('x', 100) || 'END' AS long"
+    code, out, _ = run_main(capsys, "sql", query, "--db", str(store.path))
+    assert code == 0 and "END" not in out and "x…" in out and out.strip().endswith("(1 row; long cells cut: --full)")
+    code, out, _ = run_main(capsys, "sql", query, "--full", "--db", str(store.path))
+    assert code == 0 and "x" * 100 + "END" in out and out.strip().endswith("(1 row)")
 
 
 def test_show_writes_the_viewer_beside_the_database_with_escaped_text(store, capsys, tmp_path):
@@ -122,7 +148,7 @@ def test_show_writes_the_viewer_beside_the_database_with_escaped_text(store, cap
     code, _, err = run_main(capsys, "show", "notes/a.txt", "--strategy", "paragraph", "--db", str(store.path))
     assert code == EXIT_RUN_FAILED and "no chunks stored for paragraph; stored: recursive, simple" in err
     code, _, err = run_main(capsys, "show", "broken.pdf", "--db", str(store.path))
-    assert code == EXIT_RUN_FAILED and "no parsed text stored" in err
+    assert code == EXIT_RUN_FAILED and "broken.pdf: nothing to show: its current bytes did not parse (PDF is truncated" in err
 
 
 def test_strategies_lists_every_config_field_with_common_names(capsys):
