@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def over_the_model(rows: list[tuple[str, str, str]], count, max_pieces: int) -> list[tuple[str, int, int, int, int]]:
+def chunks_over_limit_per_strategy(rows: list[tuple[str, str, str]], count, max_pieces: int) -> list[tuple[str, int, int, int, int]]:
     """``(strategy, chunks, over max_pieces, documents, documents with one over)`` per strategy, from
     ``(strategy, doc_id, text)`` rows and ``count(texts) -> word pieces of each``."""
     lengths = count([text for _, _, text in rows])
@@ -54,15 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     args = parser.parse_args(argv)
     embedder = SentenceTransformerEmbedder(args.model)
-    tokenizer = embedder._model.tokenizer
 
     def count(texts: list[str]) -> list[int]:
-        return [len(ids) for ids in tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]]
+        return [embedder.count_model_tokens(text) for text in texts]
 
     with duckdb.connect(args.db, read_only=True) as con:
         rows = con.execute("SELECT strategy, doc_id, text FROM current_chunks ORDER BY ALL").fetchall()
     print(f"{args.db}: {len(rows)} current chunks; model {args.model} reads {embedder.max_seq_length} word pieces")
-    print(table(over_the_model(rows, count, embedder.max_seq_length), embedder.max_seq_length))
+    print(table(chunks_over_limit_per_strategy(rows, count, embedder.max_seq_length), embedder.max_seq_length))
     return 0
 
 

@@ -477,11 +477,12 @@ def add_db_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--costs", action="store_true",
-                   help="seconds per document per stage of the latest run, against the runs before it")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--costs", action="store_true",
+                      help="seconds per document per stage of the latest run, against the runs before it")
     p.add_argument("--runs", type=int, default=5, help="with --costs: how many earlier runs to compare with (default 5)")
-    p.add_argument("--documents", action="store_true",
-                   help="one line per stored document: its id, status, current chunks, chunks kept from an earlier parse")
+    view.add_argument("--documents", action="store_true",
+                      help="one line per stored document: its id, status, current chunks, chunks not current")
     add_db_argument(p)
 
 
@@ -495,7 +496,9 @@ def add_show_arguments(p: argparse.ArgumentParser) -> None:
 def add_sql_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", nargs="?", help="SQL to run read-only; '-' or nothing reads it from stdin")
     p.add_argument("--max-rows", type=int, default=100, help="rows printed at most (default 100)")
-    p.add_argument("--full", action="store_true", help="print every cell whole (default: cut at 60 characters)")
+    from orchestration.status import MAX_CELL
+
+    p.add_argument("--full", action="store_true", help=f"print every cell whole (default: cut at {MAX_CELL} characters)")
     add_db_argument(p)
 
 

@@ -21,8 +21,9 @@ class FolderStatus:
     # strategy -> (documents with chunks, chunks, embeddings, max tokens)
     strategies: dict[str, tuple[int, int, int, int]]
     failed: list[tuple[str, str]]  # (doc_id, cause without the file name)
-    # Documents whose current bytes did not parse but whose last good parse's chunks are kept
-    # (not current: the current_* views, search and the checks leave them out), and those chunks.
+    # Stored chunks that are not current (the current_* views, search and the checks leave them
+    # out): a good parse's rows kept while the document's current bytes failed or are not parsed
+    # yet, or a strategy's rows of older bytes. The documents holding them, and those chunks.
     kept_documents: int = 0
     kept_chunks: int = 0
 
@@ -64,9 +65,9 @@ class DocumentRow:
     source_root: str
     doc_id: str
     status: str
-    strategies: int  # strategies with current chunks
+    strategies_with_chunks: int
     chunks: int  # current chunks, all strategies
-    kept_chunks: int  # chunks of an earlier good parse, kept but not current
+    kept_chunks: int  # stored chunks that are not current (kept from an earlier parse)
     cause: str  # why it failed ("" when parsed)
 
 
@@ -94,7 +95,7 @@ def format_documents(rows: Sequence[DocumentRow], location: str) -> str:
         return f"{location}\nnothing stored yet (chunkyard run --docs FOLDER)"
     table = format_table(
         ["document", "status", "strategies", "chunks", "kept, not current", "cause"],
-        [(r.doc_id, r.status, r.strategies, r.chunks, r.kept_chunks, r.cause) for r in rows], max_cell=None)
+        [(r.doc_id, r.status, r.strategies_with_chunks, r.chunks, r.kept_chunks, r.cause) for r in rows], max_cell=None)
     return f"{location}\n{table}"
 
 

@@ -192,8 +192,11 @@ def load_view(store, doc_id: str, strategies: Iterable[str] | None = None) -> tu
         row = store.document(doc_id)
         if row is None:
             raise LookupError(f"{doc_id}: no such document stored")
-        cause = bare_cause(doc_id, row.get("error") or "") or "no cause recorded"
-        raise LookupError(f"{doc_id}: nothing to show: its current bytes did not parse ({cause})")
+        if row.get("status") == "error":
+            cause = bare_cause(doc_id, row.get("error") or "")
+            raise LookupError(f"{doc_id}: nothing to show: its current bytes did not parse ({cause})")
+        raise LookupError(f"{doc_id}: nothing to show yet: its current bytes are read but not parsed "
+                          f"(status {row.get('status')!r}; the next run parses them)")
     with store.connect(read_only=True) as con:
         rows = con.execute(
             """SELECT strategy, chunk_index, char_start, char_end, token_count, page_start, page_end, heading_path

@@ -203,7 +203,7 @@ def split_semantic(
     if embed is None:
         logger.warning(
             "semantic: %sno embedding function; fallback to recursive_character with chunk_token_size=%d",
-            _document(doc_id), chunk_token_size,
+            _doc_prefix(doc_id), chunk_token_size,
         )
         return split_recursive(text, tokenizer, chunk_token_size, chunk_overlap_token_size, CJK_SEPARATORS)
 
@@ -217,7 +217,7 @@ def split_semantic(
     return _GroupEmitter(text, units, sizes, tokenizer, chunk_token_size, doc_id).emit_all(groups)
 
 
-def _document(doc_id: str) -> str:
+def _doc_prefix(doc_id: str) -> str:
     return f"document {doc_id!r}: " if doc_id else ""
 
 
@@ -615,7 +615,7 @@ class _GroupEmitter:
         start, end = self.units[i]
         logger.warning(
             "semantic: %sthe sentence or table at chars %d-%d exceeds %d tokens; re-split by recursive_character",
-            _document(self.doc_id), start, end, self.cap,
+            _doc_prefix(self.doc_id), start, end, self.cap,
         )  # fmt: skip
         return [
             Span(start + s.start, start + s.end, s.text, s.tokens)

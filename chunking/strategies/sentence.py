@@ -26,8 +26,8 @@ Invariants a caller relies on:
 * ``metadata["page_num"]`` is the page that owns the chunk (the Azure ``page_num``):
   the page it was accumulated on, the earlier page after a merge, the later page
   after a carry-forward (natively, a piece of a carry-forward, re-packed or re-split,
-  that holds only carried text takes the last page it has text on: ``page_num`` is
-  always within ``page_start``..``page_end``). ``page_start``/``page_end`` are the pages its char span lies on.
+  that holds only carried text takes the last page its own text is on, its look-ahead
+  overlap aside: ``page_num`` is always within ``page_start``..``page_end``). ``page_start``/``page_end`` are the pages its char span lies on.
 
 Where we differ from the seed's reference, on purpose:
 
@@ -65,7 +65,8 @@ Where we differ from the seed's reference, on purpose:
 * The midpoint overlap (10% of the span cut, each side) is taken only at a cut
   whose two halves are then final pieces; a longer boundary-less run is halved
   without it until then. Where the halves fit the cap only with less overlap, the
-  overlap is the most that fits (exact counts, binary search). So chunks stay in
+  overlap is a fitting one found by bisection on exact counts (the most that fits
+  where counts grow with length, as they nearly always do). So chunks stay in
   document order and the run is copied at most about 1.2x (the reference's 10% compounds at every level: a 2 MB run without a
   boundary came out ~10x larger; duplicated once at the first cut, as ``reference_mode``
   does, the chunks of a 2 MB line's second half start at character 800,000 after
@@ -494,9 +495,9 @@ class _Splitter:
         self, start: int, middle: int, end: int, overlap: int, density: float
     ) -> list[tuple[int, int, int]] | None:
         """``[start, middle + o)`` and ``[middle - o, end)`` with their counts, both within the cap:
-        ``o = overlap`` when that fits, else the largest ``o < overlap`` found to fit (a
-        binary search on exact counts), so a cut whose plain halves fit keeps some shared
-        text. ``None`` when the plain halves do not fit either (the span is halved first)."""
+        ``o = overlap`` when that fits, else an ``o < overlap`` that fits, found by bisection on
+        exact counts (the largest one where counts grow with length, as BPE's nearly always
+        do), so a cut whose plain halves fit keeps some shared text. ``None`` when the plain halves do not fit either (the span is halved first)."""
 
         def halves(o: int) -> tuple[int, int] | None:
             left = self.tokens_within_cap(start, middle + o, density)[0]
@@ -1121,10 +1122,14 @@ class _Splitter:
                 page_offsets = [page.char_offset for page in pages]
             page_start, page_end = doc.page_at(start, page_offsets), doc.page_at(max(end - 1, start), page_offsets)
         page_num = pages[draft.home].page_num
-        if not self.config.reference_mode:
+        if not self.config.reference_mode and len(pages) > 1:
             # A piece of carried text re-packed or re-split after a carry-forward can hold none
-            # of the later page that owns its draft: it is then owned by the last page it has text on.
-            page_num = min(max(page_num, page_start), page_end)
+            # of the later page that owns its draft: it is then owned by the last page its own
+            # text is on (the look-ahead copied from the next chunk is not its text).
+            own_start, own_end = sorted((draft.start, draft.end))
+            own_first = doc.page_at(own_start, page_offsets)
+            own_last = doc.page_at(max(own_end - 1, own_start), page_offsets)
+            page_num = min(max(page_num, own_first), own_last)
         metadata: dict[str, object] = {"page_num": page_num}
         if figure:
             metadata["cap_exempt"] = "figure"

@@ -284,6 +284,11 @@ def test_owning_page_is_one_the_chunk_has_text_on_after_a_repacked_carry_forward
     page_39 = next(p.char_offset for p in doc.pages if p.page_num == 39)
     (last_of_38,) = [c for c in chunks if c.char_end == page_39 - 1]  # the carried piece (before the newline)
     assert (last_of_38.page_start, last_of_38.page_end, last_of_38.metadata["page_num"]) == (38, 38, 38)
+    # A carried piece whose own text is on page 16, with look-ahead overlap copied from page 17:
+    # the overlap is not its text, so page 16 owns it.
+    (carried,) = [c for c in chunks if c.char_start == 24598]
+    assert carried.metadata["overlap_chars"] > 0 and carried.page_end == 17
+    assert carried.metadata["page_num"] == 16
 
 
 # -- the segmenter's vectorised scan of long texts ------------------------------------

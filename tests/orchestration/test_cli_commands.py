@@ -149,6 +149,9 @@ def test_show_writes_the_viewer_beside_the_database_with_escaped_text(store, cap
     assert code == EXIT_RUN_FAILED and "no chunks stored for paragraph; stored: recursive, simple" in err
     code, _, err = run_main(capsys, "show", "broken.pdf", "--db", str(store.path))
     assert code == EXIT_RUN_FAILED and "broken.pdf: nothing to show: its current bytes did not parse (PDF is truncated" in err
+    store.record_read("notes/a.txt", "/docs", "notes/a.txt", "changed-sha", len(TEXT))  # read, not parsed yet
+    code, _, err = run_main(capsys, "show", "notes/a.txt", "--db", str(store.path))
+    assert code == EXIT_RUN_FAILED and "notes/a.txt: nothing to show yet: its current bytes are read but not parsed" in err
 
 
 def test_strategies_lists_every_config_field_with_common_names(capsys):
@@ -204,8 +207,8 @@ def test_plain_progress_prints_one_line_per_finished_step_with_rate_and_eta():
 
 
 def test_a_failed_batchs_re_run_of_one_document_adds_no_document():
-    # Batch of 2, one fails and is re-run alone: still 2 documents, and the lines say so.
-    progress = RunProgress(total_documents=2, steps_per_run=1, started=0.0)
+    # First batch of 2 of 4 documents, one fails and is re-run alone: 2 of 4 done, not 3.
+    progress = RunProgress(total_documents=4, steps_per_run=1, started=0.0)
     out = io.StringIO()
     printer = ProgressPrinter(progress, out, tty=False, clock=lambda: 4.0)
     progress.start_run(1, 1, 2)
@@ -217,9 +220,9 @@ def test_a_failed_batchs_re_run_of_one_document_adds_no_document():
     progress.step_started("parsed_documents")
     printer.step_finished("parsed_documents", "FAILED")
     progress.end_run()
-    assert progress.documents_done == 2.0 and progress.total_documents == 2
+    assert progress.documents_done == 2.0 and progress.total_documents == 4
     assert out.getvalue().splitlines()[-1].startswith(
-        "  run 1/1 re-run of broken.pdf alone parsed_documents: FAILED (1 document); overall 2.0/2 documents")
+        "  run 1/1 re-run of broken.pdf alone parsed_documents: FAILED (1 document); overall 2.0/4 documents")
 
 
 def test_tty_progress_redraws_bars_in_place():
