@@ -34,6 +34,7 @@ from urllib.parse import quote
 from orchestration.run_report import (
     EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code, run_events,
 )
+from orchestration.status import MAX_CELL  # light: dataclasses and run_report only
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RANGE_START = "dagster/asset_partition_range_start"
@@ -401,7 +402,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
-    from orchestration.status import MAX_CELL, run_sql
+    from orchestration.status import run_sql
 
     query = sys.stdin.read() if args.query in (None, "-") else args.query
     store = open_store(args.db)
@@ -496,8 +497,6 @@ def add_show_arguments(p: argparse.ArgumentParser) -> None:
 def add_sql_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", nargs="?", help="SQL to run read-only; '-' or nothing reads it from stdin")
     p.add_argument("--max-rows", type=int, default=100, help="rows printed at most (default 100)")
-    from orchestration.status import MAX_CELL
-
     p.add_argument("--full", action="store_true", help=f"print every cell whole (default: cut at {MAX_CELL} characters)")
     add_db_argument(p)
 

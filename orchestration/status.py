@@ -32,10 +32,20 @@ def stored_status(con) -> list[FolderStatus]:
     """What is stored now (each document's current good parse), per documents folder and strategy,
     and which documents failed with what cause."""
     folders: dict[str, dict[str, Any]] = {}
-    for root, status, n in con.execute(
-        "SELECT coalesce(source_root, ''), status, count(*) FROM documents GROUP BY ALL ORDER BY ALL"
-    ).fetchall():
-        folders.setdefault(root, {"documents": {}, "strategies": {}, "failed": []})["documents"][status] = n
+
+    def folder(root: str) -> dict[str, Any]:
+        return folders.setdefault(
+            root, {"documents": {}, "strategies": {}, "failed": [], "kept_documents": 0, "kept_chunks": 0})
+
+    # Per folder, from the per-document rows: documents by status, the failed ones, the kept chunks.
+    for row in document_rows(con):
+        entry = folder(row.source_root)
+        entry["documents"][row.status] = entry["documents"].get(row.status, 0) + 1
+        if row.status == "error":
+            entry["failed"].append((row.doc_id, row.cause))
+        if row.kept_chunks:
+            entry["kept_documents"] += 1
+            entry["kept_chunks"] += row.kept_chunks
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
         WITH c AS (SELECT doc_id, strategy, count(*) AS chunks, max(token_count) AS max_tokens
@@ -47,16 +57,7 @@ def stored_status(con) -> list[FolderStatus]:
         GROUP BY ALL ORDER BY ALL
         """
     ).fetchall():
-        entry = folders.setdefault(root, {"documents": {}, "strategies": {}, "failed": []})
-        entry["strategies"][strategy] = (int(docs), int(chunks), int(embeddings), int(max_tokens or 0))
-    for root, doc_id, error in con.execute(
-        "SELECT coalesce(source_root, ''), doc_id, error FROM documents WHERE status = 'error' ORDER BY ALL"
-    ).fetchall():
-        folders[root]["failed"].append((doc_id, bare_cause(doc_id, error or "")))
-    for row in document_rows(con):
-        if row.kept_chunks:
-            folders[row.source_root]["kept_documents"] = folders[row.source_root].get("kept_documents", 0) + 1
-            folders[row.source_root]["kept_chunks"] = folders[row.source_root].get("kept_chunks", 0) + row.kept_chunks
+        folder(root)["strategies"][strategy] = (int(docs), int(chunks), int(embeddings), int(max_tokens or 0))
     return [FolderStatus(root, **values) for root, values in sorted(folders.items())]
 
 
@@ -68,7 +69,7 @@ class DocumentRow:
     strategies_with_chunks: int
     chunks: int  # current chunks, all strategies
     kept_chunks: int  # stored chunks that are not current (kept from an earlier parse)
-    cause: str  # why it failed ("" when parsed)
+    cause: str  # why it failed ("" unless its status is 'error')
 
 
 def document_rows(con) -> list[DocumentRow]:
@@ -85,7 +86,7 @@ def document_rows(con) -> list[DocumentRow]:
         """
     ).fetchall()
     return [DocumentRow(root, doc_id, status, int(strategies), int(chunks), int(kept),
-                        bare_cause(doc_id, error) if error else "")
+                        bare_cause(doc_id, error) if status == "error" else "")
             for root, doc_id, status, strategies, chunks, kept, error in rows]
 
 
