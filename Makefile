@@ -78,7 +78,7 @@ $(BENCH_STAMP): pyproject.toml bench/requirements-peers.txt
 
 bench: $(BENCH_STAMP)
 	@echo "== bench/bench_strategies.py: chunkers and peers, x one encode"
-	$(BENCH_PY) bench/bench_strategies.py --repeat 9
+	$(BENCH_PY) bench/bench_strategies.py --repeat 25
 	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, float32 default vs int8"
 	$(BENCH_PY) bench/bench_semantic.py --repeat 3
 

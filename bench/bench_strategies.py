@@ -25,10 +25,12 @@ with its seed's 1000-char budget and 10% look-ahead overlap, and a second row, `
 ``paragraph`` on a plain-text document (no blocks: its recursive fallback); peers through
 their own APIs with the same encoding object.
 
-Measure: one repetition runs every chunker in turn, each immediately after one
-``encode_ordinary`` of the same text, so a chunker and its reference share the
-machine's load at that moment; a chunker's ``x encode`` per repetition is its wall
-time over that encode's wall time. The table gives min / median / max of that
+Measure: one repetition runs every chunker in turn, with one ``encode_ordinary`` of
+the same text before the first and after each (``encode, chunker, encode, chunker,
+encode...``), so a chunker and its reference share the machine's load at that
+moment; a chunker's ``x encode`` per repetition is its wall time over the mean wall
+time of the encodes just before and just after it (one before only would charge a
+steady drift of the machine's speed to the chunker). The table gives min / median / max of that
 ratio over the repetitions, the median wall and CPU seconds (CPU of this process:
 a ratio of CPU seconds is printed too, since wall time on a shared machine includes
 other people's work), the chunk count, the CPU's vector features and the load
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import statistics
@@ -219,46 +222,98 @@ def fresh_copy(text: str) -> str:
     return (text + " ")[:-1]
 
 
-def measure(chunkers: list[Chunker], text: str, encode: Callable[[str], object], repeat: int) -> list[Row]:
-    """Per chunker: ratios to the encode measured right before it, over ``repeat`` interleaved rounds."""
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def measure(
+    chunkers: list[Chunker],
+    text: str,
+    encode: Callable[[str], object],
+    repeat: int,
+    clock: Callable[[], tuple[float, float]] = _clock,
+) -> list[Row]:
+    """Per chunker: ratios to the encodes bracketing it, over ``repeat`` interleaved rounds.
+
+    A round is ``encode, chunker 1, encode, chunker 2, encode, ...``: each chunker's
+    reference is the mean of the encode just before it and the one just after (which
+    is also the next chunker's "before", so bracketing costs one encode per round).
+    One encode before only would charge the chunker with any drift of the machine's
+    speed over the pair (another tenant starting or stopping); the mean of both
+    cancels a steady drift. ``clock()`` gives (wall, CPU) seconds.
+    """
     rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
+
+    def timed(function: Callable[[str], object], argument: str) -> tuple[float, float, object]:
+        wall, cpu = clock()
+        result = function(argument)
+        wall_after, cpu_after = clock()
+        return wall_after - wall, cpu_after - cpu, result
+
     for _ in range(repeat):
+        # A new string object each time: TiktokenTokenizer keeps the last text's
+        # encoding (by identity) for the next strategy; a bench must not reuse it.
+        text = fresh_copy(text)
+        before_wall, before_cpu, _result = timed(encode, text)
         for chunker in chunkers:
             row = rows[chunker.name]
             if row.error:
                 continue
-            # A new string object each time: TiktokenTokenizer keeps the last text's
-            # encoding (by identity) for the next strategy; a bench must not reuse it.
             text = fresh_copy(text)
-            w0, c0 = time.perf_counter(), time.process_time()
-            encode(text)
-            w1, c1 = time.perf_counter(), time.process_time()
             try:
-                row.chunks = chunker.run(text)
+                wall, cpu, chunks = timed(chunker.run, text)
             except Exception as exc:  # a peer's bug must not hide the rest of the table
                 row.error = f"{type(exc).__name__}: {exc}"[:100]
                 continue
-            w2, c2 = time.perf_counter(), time.process_time()
-            row.ratios.append((w2 - w1) / (w1 - w0))
-            row.cpu_ratios.append((c2 - c1) / max(c1 - c0, 1e-9))
-            row.wall.append(w2 - w1)
-            row.cpu.append(c2 - c1)
+            after_wall, after_cpu, _result = timed(encode, fresh_copy(text))
+            reference_wall = (before_wall + after_wall) / 2
+            reference_cpu = (before_cpu + after_cpu) / 2
+            row.chunks = chunks
+            row.ratios.append(wall / reference_wall)
+            row.cpu_ratios.append(cpu / max(reference_cpu, 1e-9))
+            row.wall.append(wall)
+            row.cpu.append(cpu)
+            before_wall, before_cpu = after_wall, after_cpu
     return list(rows.values())
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: order statistics ``(x_k, x_(n+1-k))``.
+
+    ``k`` is the largest rank with ``P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2``:
+    the true median lies below ``x_k`` only if fewer than ``k`` of ``n`` draws fall
+    below it. No assumption about the shape of the noise, which on a shared machine is
+    lopsided (other tenants only ever slow a run down). At 95% that is the whole range
+    below 9 values, the 2nd and 8th of 9, and the 8th and 18th of 25.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    tail = (1 - confidence) / 2
+    k, below = 0, 0.0  # below = P(Binomial(n, 1/2) < k + 1)
+    while k < n:
+        below += math.comb(n, k) / 2**n
+        if below > tail:
+            break
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
 def table(rows: list[Row]) -> str:
-    header = (f"| chunker | x encode min | median | max | x encode (CPU) median | wall s median | CPU s median "
-              f"| chunks |")
-    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    header = (f"| chunker | x encode min | median | median 95% interval | max | x encode (CPU) median | wall s median "
+              f"| CPU s median | chunks |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
     ordered = sorted(rows, key=lambda r: statistics.median(r.ratios) if r.ratios else float("inf"))
     for r in ordered:
         if not r.ratios:
-            lines.append(f"| {r.name} | failed: {r.error} | | | | | | |")
+            lines.append(f"| {r.name} | failed: {r.error} | | | | | | | |")
             continue
         flag = " **" if r.name.startswith("chunkyard") and statistics.median(r.ratios) > TARGET_RATIO else ""
+        low, high = median_interval(r.ratios)
         lines.append(
-            f"| {r.name} | {min(r.ratios):.2f} | {statistics.median(r.ratios):.2f}{flag} | {max(r.ratios):.2f} "
-            f"| {statistics.median(r.cpu_ratios):.2f} | {statistics.median(r.wall):.3f} "
+            f"| {r.name} | {min(r.ratios):.2f} | {statistics.median(r.ratios):.2f}{flag} | {low:.2f}-{high:.2f} "
+            f"| {max(r.ratios):.2f} | {statistics.median(r.cpu_ratios):.2f} | {statistics.median(r.wall):.3f} "
             f"| {statistics.median(r.cpu):.3f} | {r.chunks} |"
         )
     return "\n".join(lines)
@@ -581,8 +636,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average before: {load_before}; after: {load_average()}; "
           f"measured in {time.perf_counter() - started:.0f} s\n")
     print(table(rows))
-    print(f"\nx encode = chunker wall time / wall time of one encode_ordinary of the same text, measured just "
-          f"before it in the same repetition; ** = chunkyard above the {TARGET_RATIO:g}x target.")
+    print(f"\nx encode = chunker wall time / mean wall time of the two encode_ordinary calls of the same text "
+          f"just before and just after it in the same repetition; ** = chunkyard above the {TARGET_RATIO:g}x target.")
     if absent:
         print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
     if args.stages:
