@@ -19,7 +19,8 @@ rejected (a question without a reference cannot be scored).
 Rank metrics use binary relevance: a retrieved chunk is relevant when it shares at
 least one character with a reference. MRR is 1/rank of the first relevant chunk
 within the top k (0 if none); nDCG@k divides DCG by the ideal DCG of
-``min(k, relevant_available)`` relevant chunks in front.
+``min(k, relevant_available)`` relevant chunks in front (or of the relevant hits
+retrieved, when there are more of those), so it never exceeds 1.
 """
 
 from __future__ import annotations
@@ -110,10 +111,13 @@ def reciprocal_rank(retrieved: Sequence[Span], references: Sequence[Span]) -> fl
 
 
 def ndcg(retrieved: Sequence[Span], references: Sequence[Span], relevant_available: int) -> float:
-    """Binary-relevance nDCG of ``retrieved`` (already cut at k); the ideal ranks
-    ``min(len(retrieved), relevant_available)`` relevant chunks first."""
-    dcg = sum(1.0 / math.log2(rank + 1) for rank, c in enumerate(retrieved, start=1) if is_relevant(c, references))
-    ideal_n = min(len(retrieved), relevant_available)
+    """Binary-relevance nDCG of ``retrieved`` (already cut at k), in [0, 1]; the ideal ranks
+    ``min(len(retrieved), relevant_available)`` relevant chunks first, or as many as were
+    retrieved relevant if that is more (hits within chunks, ``search --within``, can
+    retrieve several relevant spans of one relevant chunk): no ranking beats the ideal."""
+    relevant_ranks = [rank for rank, c in enumerate(retrieved, start=1) if is_relevant(c, references)]
+    dcg = sum(1.0 / math.log2(rank + 1) for rank in relevant_ranks)
+    ideal_n = min(len(retrieved), max(relevant_available, len(relevant_ranks)))
     idcg = sum(1.0 / math.log2(rank + 1) for rank in range(1, ideal_n + 1))
     return dcg / idcg if idcg else 0.0
 

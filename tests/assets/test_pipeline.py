@@ -146,6 +146,7 @@ def test_a_failed_reparse_keeps_the_rows_already_stored(project, instance, setti
     register(instance, "alpha.md")
     assert run_one(project, instance, "alpha.md").success
     before = table_count(settings.db_path, "SELECT count(*) FROM chunks WHERE doc_id = 'alpha.md'")
+    assert before > 0
     (docs_dir / "alpha.md").write_bytes(b"")  # the file turns bad
     assert not run_one(project, instance, "alpha.md").success
     assert table_count(settings.db_path, "SELECT count(*) FROM chunks WHERE doc_id = 'alpha.md'") == before

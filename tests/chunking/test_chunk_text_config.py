@@ -74,11 +74,17 @@ def test_semantic_fallback_only_when_asked_and_it_does_not_change_the_config_has
 
 def test_semantic_with_an_embedder_uses_it():
     class Hashing:
+        def __init__(self):
+            self.embedded: list[str] = []
+
         def embed(self, texts):
+            self.embedded += texts
             return np.array([[len(t) % 7 + 1.0, t.count("1") + 1.0] for t in texts])
 
-    chunks = chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, embedder=Hashing(), chunk_token_size=200)
+    embedder = Hashing()
+    chunks = chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, embedder=embedder, chunk_token_size=200)
     assert chunks and not any("fallback" in c.metadata for c in chunks)
+    assert embedder.embedded and all(text in PROSE for text in embedder.embedded)  # its sentences went to it
 
 
 def test_config_field_names_list_every_strategy_field_and_common_names():

@@ -93,15 +93,21 @@ def test_workers_keep_input_order_and_restore_torch_threads(embedder):
 def test_concurrent_embeds_from_two_threads_get_their_own_vectors(embedder):
     expected = _embed(embedder, workers=1)
     results: dict[int, np.ndarray] = {}
+    errors: dict[int, BaseException] = {}
 
     def embed_reversed(key: int) -> None:
-        results[key] = embedder.embed(TEXTS[::-1])
+        try:
+            results[key] = embedder.embed(TEXTS[::-1])
+        except BaseException as exc:  # a thread's exception would otherwise only warn
+            errors[key] = exc
 
     threads = [threading.Thread(target=embed_reversed, args=(k,)) for k in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert not errors
+    assert sorted(results) == [0, 1]
     for vectors in results.values():
         assert np.abs(vectors[::-1] - expected).max() < 1e-5
 

@@ -719,16 +719,6 @@ def test_no_blocks_degrades_to_recursive(tok, caplog):
     assert all(c.verbatim and c.metadata["fallback"] == "recursive" for c in chunks)
 
 
-def test_sidecar_without_content_lines_degrades_to_recursive(tok, caplog):
-    blocks = read_blocks_jsonl(FIXTURES / "empty.blocks.jsonl")
-    assert blocks == []
-    doc = ParsedDocument.from_text("only text", doc_id="empty")
-    with caplog.at_level(logging.WARNING, logger="chunking.strategies.paragraph"):
-        chunks = chunk_paragraph(doc, ParagraphConfig(), tok)
-    assert [c.text for c in chunks] == ["only text"]
-    assert any("fallback to recursive_character" in r.message for r in caplog.records)
-
-
 def test_chunk_provenance(tok):
     doc = load("seed_example")
     n = math.ceil(count(tok, doc.blocks[1].content) / 0.8)

@@ -214,7 +214,9 @@ def test_estimate_option_counts_chars_over_four(tiktoken_tokenizer):
 
 def test_exact_token_counts(tiktoken_tokenizer):
     text = " ".join(f"Zdanie {i} mówi o czymś innym. 这是第{i}句。" for i in range(100))
-    for chunk in chunk_sentence(paged(text), SentenceConfig(), tiktoken_tokenizer):
+    chunks = chunk_sentence(paged(text), SentenceConfig(), tiktoken_tokenizer)
+    assert len(chunks) > 1  # ~4,000 characters: over the 1,000-character budget, several chunks
+    for chunk in chunks:
         assert chunk.token_count == len(tiktoken_tokenizer.encode(chunk.text)) <= 500
 
 

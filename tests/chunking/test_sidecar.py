@@ -124,6 +124,8 @@ def test_chunkyard_sidecar_beside_document_round_trips_blocks(tmp_path: Path):
     (tmp_path / "page.blocks.jsonl").write_bytes(blocks_path.read_bytes())
     (tmp_path / "page.tables.json").write_bytes(tables_path.read_bytes())
     via_sidecar = parse_document(tmp_path / "page.html", "page")
+    # Read from the sidecar, not parsed again from the HTML (which would give the same blocks).
+    assert via_sidecar.metadata["sidecar"] == "page.blocks.jsonl" and "sidecar" not in own.metadata
     assert via_sidecar.text == own.text  # the structured layout is reproduced exactly
     assert [b.model_dump() for b in via_sidecar.blocks] == [b.model_dump() for b in own.blocks]
     assert via_sidecar.tables == own.tables

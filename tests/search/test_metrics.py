@@ -65,7 +65,11 @@ def test_ndcg_with_graded_positions_and_ideal_cut_by_available_relevant_chunks()
     ranked = [("A", 0, 20), ("A", 50, 60), ("A", 95, 105)]  # relevant, not, relevant
     dcg = 1 + 1 / math.log2(4)
     assert ndcg(ranked, refs, relevant_available=2) == pytest.approx(dcg / (1 + 1 / math.log2(3)))
-    # Only one relevant chunk exists, so the ideal is 1 at rank 1; DCG here (1.5) is above it.
+    # Only one relevant chunk is said to exist, but two relevant hits came back (hits within
+    # chunks can do that): the ideal is then two relevant hits in front, not one, and the
+    # score stays below 1 (DCG 1.5 over the ideal 1 + 1/log2(3)); before, it was 1.5.
+    assert ndcg(ranked, refs, relevant_available=1) == pytest.approx(dcg / (1 + 1 / math.log2(3)))
+    assert ndcg(ranked[:1], refs, relevant_available=1) == 1.0
     assert ndcg(ranked[1:2], refs, relevant_available=1) == 0.0
     assert reciprocal_rank(ranked[1:], refs) == 0.5
 
