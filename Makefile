@@ -62,7 +62,7 @@ ui-command:
 # and the semantic one (~50k tokens through the model), each printed as it finishes.
 # Its own venv, .venv-bench: the project (torch 2.13.0 CPU first, as above) plus the
 # peers of bench/requirements-peers.txt, which the project itself does not need.
-# Timings: README, "Benchmarks" (the chunker table ~1 min quiet; the semantic one dominates).
+# Timings: README, "Benchmarks" (the chunker table, 25 repetitions with the peers: ~3-5 min; the semantic one ~2).
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
