@@ -12,7 +12,9 @@ collide with an ordinary one: an ordinary key ends in a document extension.
 Nothing outside the folder is ever read: every file's real path is resolved, and
 a symbolic link that leads outside the folder, or nowhere, is still listed (so
 its document fails alone, with a message naming the rule) but carries a
-``refusal`` and is never opened. Symbolic links to directories are not followed.
+``refusal`` and is never opened. So does a file that is not a regular file (a
+named pipe, a socket, a device, or a link to one): opening a FIFO waits for a
+writer forever and a device never ends. Symbolic links to directories are not followed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,11 +88,25 @@ def _listed_files(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def _special_file_kind(mode: int) -> str | None:
+    """What a non-regular file is (``None`` for a regular one): opening a FIFO blocks until
+    a writer comes, and a device (``/dev/zero``) never ends, so neither is ever opened."""
+    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
     rel = path.relative_to(root).as_posix()
     key = clean_partition_key(rel)
     if not path.is_symlink():
-        return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=path.stat().st_size, real_path=path)
+        info = path.lstat()
+        kind = _special_file_kind(info.st_mode)
+        if kind is not None:
+            return SourceFile(key, path, rel, 0, refusal=f"{rel}: refused: {kind}; only regular files are read")
+        return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=info.st_size, real_path=path)
     link_size = path.lstat().st_size
     try:
         real = path.resolve(strict=True)
@@ -100,8 +117,10 @@ def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
         return SourceFile(key, path, rel, link_size, refusal=(
             f"{rel}: refused: a symbolic link to a file outside the documents folder; "
             f"only files inside {real_root} are read"))
-    if not real.is_file():
-        return SourceFile(key, path, rel, link_size, refusal=f"{rel}: refused: a symbolic link to a non-file")
+    kind = _special_file_kind(real.stat().st_mode)
+    if kind is not None:
+        return SourceFile(key, path, rel, link_size, refusal=(
+            f"{rel}: refused: a symbolic link to {kind}; only regular files are read"))
     return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=real.stat().st_size, real_path=real)
 
 

@@ -81,6 +81,39 @@ def test_a_link_to_a_file_outside_the_root_never_reaches_a_chunk(settings, insta
     assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
 
 
+def _special_files(docs_dir: Path) -> None:
+    """A named pipe, a socket and a link to the pipe, each named like a document."""
+    import os
+    import socket
+
+    os.mkfifo(docs_dir / "pipe.txt")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(docs_dir / "sock.md"))
+    listener.close()  # the socket file stays
+    (docs_dir / "to_pipe.txt").symlink_to(docs_dir / "pipe.txt")
+
+
+def test_pipes_sockets_and_links_to_them_are_listed_as_refused_and_never_opened(docs_dir):
+    _special_files(docs_dir)
+    sources = scan_folder(docs_dir)
+    assert "pipe.txt: refused: a named pipe (FIFO); only regular files are read" == sources["pipe.txt"].refusal
+    assert "sock.md: refused: a socket; only regular files are read" == sources["sock.md"].refusal
+    assert "a symbolic link to a named pipe (FIFO)" in sources["to_pipe.txt"].refusal
+    # Fingerprinting them opens nothing: opening the FIFO would wait for a writer forever.
+    assert all(source_fingerprint(sources[k]).startswith("refused:") for k in ("pipe.txt", "sock.md", "to_pipe.txt"))
+    assert sources["alpha.md"].refusal is None
+
+
+def test_a_pipe_or_a_socket_in_the_folder_fails_alone(settings, instance, docs_dir):
+    _special_files(docs_dir)
+    _, result = _ingest(settings, instance, sorted(scan_folder(docs_dir)))
+    db = settings.db_path
+    errors = dict(_rows(db, "SELECT doc_id, error FROM documents WHERE status = 'error'"))
+    assert set(errors) == {"pipe.txt", "sock.md", "to_pipe.txt"}
+    assert "refused: a named pipe (FIFO)" in errors["pipe.txt"] and "refused: a socket" in errors["sock.md"]
+    assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
+
+
 def test_the_sensor_lists_refused_links_without_crashing_or_reading_them(settings, instance, docs_dir, outside):
     from dagster import build_sensor_context
 
