@@ -11,8 +11,8 @@ Invariants a caller relies on:
 
 * ``DocumentLimits()`` are the defaults documented in the README ("Limits and
   safety"); ``DocumentLimits.model_validate(toml["limits"])`` rejects unknown keys.
-* :func:`check_parsed_budget` passes exactly when the document's characters and
-  blocks are within the limits; :func:`check_chunk_count` when the chunk count is.
+* :func:`check_parsed_budget` passes exactly when the document's characters,
+  blocks and pages are within the limits; :func:`check_chunk_count` when the chunk count is.
 * A refusal's message (as stored with the document) says which limit refused it and
   its value then: :func:`refused_under` reads that back, so a recorded refusal can be
   retried once the user has raised that limit (:func:`would_refuse_again`).
@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chunking.errors import DocumentError
 
-__all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "check_chunk_count", "check_parsed_budget",
+__all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "check_chunk_count", "check_page_count",
+           "check_parsed_budget",
            "limit_key", "refused_under", "would_refuse_again"]
 
 MIB = 1024 * 1024
@@ -46,6 +47,9 @@ class DocumentLimits(BaseModel):
     max_bytes: int = Field(50 * MIB, ge=1, description="File size (document or sidecar), checked before reading.")
     max_chars: int = Field(5_000_000, ge=1, description="Characters of extracted text.")
     max_blocks: int = Field(100_000, ge=1, description="Heading-level blocks of the parse.")
+    max_pages: int = Field(
+        20_000, ge=1, description="Pages of the parse (a PDF's, DOCX page breaks, a sidecar's page numbers); "
+                                  "checked before the pages are built.")
     max_chunks: int = Field(20_000, ge=1, description="Chunks one strategy may make of one document.")
     max_inflated_bytes: int = Field(
         64 * MIB, ge=1, description="Bytes one zip entry (a DOCX part) may inflate to; read as a stream, "
@@ -77,12 +81,24 @@ class LimitExceeded(DocumentError):
 
 
 def check_parsed_budget(doc, limits: DocumentLimits, source: str) -> None:  # noqa: ANN001 - ParsedDocument
-    """Raise :class:`LimitExceeded` if the parse has more characters or blocks than allowed."""
+    """Raise :class:`LimitExceeded` if the parse has more characters, blocks or pages than allowed."""
     if len(doc.text) > limits.max_chars:
         raise LimitExceeded(source, "max_chars", "extracted text of", f"{len(doc.text)} characters",
                             limits.max_chars)
     if len(doc.blocks) > limits.max_blocks:
         raise LimitExceeded(source, "max_blocks", "block count", len(doc.blocks), limits.max_blocks)
+    check_page_count(len(doc.pages), limits.max_pages, source)
+
+
+def check_page_count(pages: int, max_pages: int | None, source: str) -> None:
+    """Raise :class:`LimitExceeded` if a parse would have more than ``max_pages`` pages (``None``: no limit).
+
+    Called before the pages exist where their number is known first (a PDF's page
+    count, a DOCX's page breaks, a sidecar's page numbers): a few bytes can claim a
+    million pages.
+    """
+    if max_pages is not None and pages > max_pages:
+        raise LimitExceeded(source, "max_pages", "page count", pages, max_pages)
 
 
 def check_chunk_count(count: int, max_chunks: int, source: str) -> None:

@@ -215,7 +215,7 @@ def declared_document_hash(blocks_path: Path) -> str | None:
 
 
 def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Path, tables_path: Path,
-                          *, fmt: str) -> ParsedDocument:
+                          *, fmt: str, max_pages: int | None = None) -> ParsedDocument:
     """The document described by a sidecar beside it, validated for shape.
 
     Whether the sidecar may describe these bytes at all (its ``document_hash``) and
@@ -258,6 +258,7 @@ def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Pa
             block_id=block.block_id, positions=list(block.positions),
         ))
     doc = assemble_structured(doc_id=doc_id, source_name=source, fmt=fmt, sha256=sha256, drafts=drafts,
+                              max_pages=max_pages,
                               metadata={"parse_engine": str(meta.get("parse_engine", "sidecar")),
                                         "sidecar": blocks_path.name,
                                         **({"doc_title": meta["doc_title"]} if meta.get("doc_title") else {})})

@@ -77,8 +77,8 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
     """Read and parse one file within ``limits`` (``max_bytes`` overrides its size cap).
 
     A verified sidecar beside the file wins over our own parse (:func:`_sidecar_refusal`);
-    the result has at most ``limits.max_chars`` characters and ``limits.max_blocks``
-    blocks, else :class:`~chunking.limits.LimitExceeded` names the limit.
+    the result has at most ``limits.max_chars`` characters, ``limits.max_blocks``
+    blocks and ``limits.max_pages`` pages, else :class:`~chunking.limits.LimitExceeded` names the limit.
     """
     limits = _effective_limits(limits, max_bytes)
     path = Path(path)
@@ -104,7 +104,7 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
             if tables_path.is_file():
                 _check_size(tables_path, source, limits.max_bytes, f"sidecar {tables_path.name}")
             doc = document_from_sidecar(data, source, doc_id, blocks_path, tables_path,
-                                        fmt=_FORMATS[path.suffix.lower()])
+                                        fmt=_FORMATS[path.suffix.lower()], max_pages=limits.max_pages)
             check_parsed_budget(doc, limits, source)
             return doc
         log.warning("%s: sidecar %s ignored: %s", source, blocks_path.name, note)
@@ -213,7 +213,8 @@ def _parser(fmt: str) -> Callable[[bytes, str, str, str, DocumentLimits], Parsed
     if fmt == "docx":
         from chunking.parsers.docx import parse_docx
 
-        return lambda d, s, i, h, lim: parse_docx(d, s, i, h, max_part_bytes=lim.max_inflated_bytes)
+        return lambda d, s, i, h, lim: parse_docx(d, s, i, h, max_part_bytes=lim.max_inflated_bytes,
+                                                  max_pages=lim.max_pages)
     from chunking.parsers.pdf import parse_pdf
 
-    return lambda d, s, i, h, _m: parse_pdf(d, s, i, h)
+    return lambda d, s, i, h, lim: parse_pdf(d, s, i, h, max_pages=lim.max_pages)

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunking.limits import check_page_count
 from chunking.model import Block, Page, ParsedDocument
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -174,12 +175,13 @@ def make_block(index: int, draft: DraftBlock, content: str, bid: str, char_start
 def assemble_structured(
     *, doc_id: str, source_name: str, fmt: str, sha256: str, drafts: list[DraftBlock],
     tables: dict[str, dict[str, Any]] | None = None, page_count: int = 1, encoding: str | None = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None, max_pages: int | None = None,
 ) -> ParsedDocument:
     """A document whose text is its block contents joined by a blank line.
 
     ``page_count`` lets trailing or intermediate empty pages exist (an image-only PDF
     page): each page starts at the first line that lies on it or a later page.
+    ``max_pages``: refuse (``LimitExceeded``) before building more pages than that.
     """
     finished = finish_blocks(doc_id, drafts)
     pieces: list[str] = []
@@ -200,6 +202,7 @@ def assemble_structured(
         spans.append((start, pos))
     text = "".join(pieces)
     pages_needed = max([page_count] + [p + 1 for _, p in line_starts])
+    check_page_count(pages_needed, max_pages, source_name)
     page_offsets = [0] * pages_needed
     # Page k starts at the first line on page >= k; pages only move forward.
     next_page = 1

@@ -72,7 +72,7 @@ def _xml_parser() -> etree.XMLParser:
 
 
 def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, *,
-               max_part_bytes: int = MAX_PART_BYTES) -> ParsedDocument:
+               max_part_bytes: int = MAX_PART_BYTES, max_pages: int | None = None) -> ParsedDocument:
     part_limit = max_part_bytes
     container = _open_container(data, source)
     with container:
@@ -96,7 +96,7 @@ def parse_docx(data: bytes, source: str, doc_id: str, sha256: str, *,
     if not drafts:
         raise DocumentError(source, "no text content in this DOCX document")
     return assemble_structured(doc_id=doc_id, source_name=source, fmt="docx", sha256=sha256, drafts=drafts,
-                               tables=walker.tables, page_count=walker.page + 1,
+                               tables=walker.tables, page_count=walker.page + 1, max_pages=max_pages,
                                metadata={"doc_title": walker.title} if walker.title else None)
 
 

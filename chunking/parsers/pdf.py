@@ -45,6 +45,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
+from chunking.limits import check_page_count
 from chunking.model import ParsedDocument
 from chunking.parsers.build import Outline, assemble_structured, strip_control
 from chunking.parsers.errors import DocumentError
@@ -72,17 +73,18 @@ class _Line:
     right: float = 0.0
 
 
-def parse_pdf(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocument:
-    lines, bookmarks, page_count = _read(data, source)
+def parse_pdf(data: bytes, source: str, doc_id: str, sha256: str, *, max_pages: int | None = None) -> ParsedDocument:
+    """Parse a PDF; with ``max_pages``, refuse one with more pages before reading any of them."""
+    lines, bookmarks, page_count = _read(data, source, max_pages)
     if not any(line.text.strip() for line in lines):
         raise DocumentError(source, f"no extractable text in this PDF ({page_count} pages; no text layer, no OCR)")
     headings = (_outline_headings(lines, bookmarks) if bookmarks else {}) or _style_headings(lines)
     return assemble_structured(doc_id=doc_id, source_name=source, fmt="pdf", sha256=sha256,
-                               drafts=_outline(lines, headings).result(), page_count=page_count,
+                               drafts=_outline(lines, headings).result(), page_count=page_count, max_pages=max_pages,
                                metadata={"pdf_engine": "pypdfium2", "bookmarks": len(bookmarks)})
 
 
-def _read(data: bytes, source: str) -> tuple[list[_Line], list[str], int]:
+def _read(data: bytes, source: str, max_pages: int | None = None) -> tuple[list[_Line], list[str], int]:
     """``(lines, bookmark keys, page count)``; DocumentError for a broken file."""
     import pypdfium2 as pdfium
 
@@ -98,6 +100,7 @@ def _read(data: bytes, source: str) -> tuple[list[_Line], list[str], int]:
         raise DocumentError(source, f"PDF is corrupt: {exc}") from None
     try:
         page_count = len(pdf)
+        check_page_count(page_count, max_pages, source)
         return _lines(pdf), _bookmarks(pdf), page_count
     except _PageError as exc:
         raise DocumentError(source, f"PDF is corrupt: page {exc.page + 1} of {page_count} cannot be read "

@@ -108,6 +108,47 @@ def test_character_and_block_budgets_name_their_limit():
     assert len(parse_bytes(markdown, "a.md", "a", limits=DocumentLimits(max_blocks=30)).blocks) == 30
 
 
+def test_page_budget_refuses_before_the_pages_are_built(tmp_path, monkeypatch):
+    from chunking.parsers import build
+
+    built, page = [], build.Page
+
+    def recorded_page(**fields):
+        built.append(fields["page_num"])
+        return page(**fields)
+
+    monkeypatch.setattr(build, "Page", recorded_page)
+    # A DOCX of 8 bytes of XML per page break: 5 page breaks, 6 pages.
+    breaks = '<w:p><w:r><w:t>Start</w:t>' + '<w:br w:type="page"/>' * 5 + '<w:t>End</w:t></w:r></w:p>'
+    with pytest.raises(LimitExceeded, match=r"page count 6 is over the limit of 5 \(raise limits.max_pages"):
+        parse_bytes(_docx_with_document_xml(breaks), "a.docx", "a", limits=DocumentLimits(max_pages=5))
+    # A sidecar whose one block claims page_idx 999999: a million pages from ~300 bytes.
+    data = b"The real report."
+    path = _sidecar(tmp_path, "report", doc_hash=hashlib.sha256(data).hexdigest())
+    lines = path.read_text(encoding="utf-8").splitlines()
+    block = json.loads(lines[1])
+    block["positions"] = [{"type": "absolute", "page_idx": 999_999}]
+    path.write_text("\n".join([lines[0], json.dumps(block)]) + "\n", encoding="utf-8")
+    (tmp_path / "report.txt").write_bytes(data)
+    with pytest.raises(LimitExceeded, match=r"page count 1000000 is over the limit of 20000 \(raise limits.max_pages"):
+        parse_document(tmp_path / "report.txt", "report.txt")
+    assert built == []  # refused before a single page was made
+    assert len(parse_bytes(_docx_with_document_xml(breaks), "a.docx", "a", limits=DocumentLimits(max_pages=6)).pages) == 6
+    assert built == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_pdf_over_the_page_budget_is_refused_before_its_pages_are_read(monkeypatch):
+    from chunking.parsers import pdf
+    from tests.chunking.test_parsers_pdf import make_pdf
+
+    data = make_pdf([[("F1", 12, "Page text")]] * 3)
+    monkeypatch.setattr(pdf, "_lines", lambda document: pytest.fail("pages read despite the page budget"))
+    with pytest.raises(LimitExceeded, match=r"page count 3 is over the limit of 2 \(raise limits.max_pages"):
+        parse_bytes(data, "a.pdf", "a", limits=DocumentLimits(max_pages=2))
+    monkeypatch.undo()
+    assert len(parse_bytes(data, "a.pdf", "a", limits=DocumentLimits(max_pages=3)).pages) == 3
+
+
 def test_chunk_count_budget():
     check_chunk_count(5, 5, "a.txt")
     with pytest.raises(LimitExceeded, match=r"a.txt: chunk count 6 is over the limit of 5 \(raise limits.max_chunks"):
