@@ -244,10 +244,12 @@ def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Pa
         level = obj.get("level", 0)
         if not isinstance(obj.get("content"), str) or not isinstance(level, int) or not 0 <= level <= 9:
             raise DocumentError(where, f"content line {n + 1} is malformed (needs a string content and level 0..9)")
+        _refuse_lone_surrogates(obj, f"content line {n + 1}", where)
     blocks = [b for b in (_block(o, i) for i, o in enumerate(contents)) if b is not None]
     if not blocks or not any(b.content.strip() for b in blocks):
         raise DocumentError(where, "sidecar has no content blocks")
     tables = read_tables_json(tables_path)
+    _refuse_lone_surrogates(tables, f"the tables sidecar {tables_path.name}", where)
     _check_tables(blocks, tables, where)
     drafts = []
     for block in blocks:
@@ -264,6 +266,18 @@ def document_from_sidecar(data: bytes, source: str, doc_id: str, blocks_path: Pa
                                         **({"doc_title": meta["doc_title"]} if meta.get("doc_title") else {})})
     doc.tables = tables
     return doc
+
+
+def _refuse_lone_surrogates(value: Any, what: str, where: str) -> None:
+    """DocumentError when ``value`` holds a lone surrogate (JSON allows ``"\\ud800"``; UTF-8,
+    and so the store, cannot hold it): the document fails alone at parse, not its batch at store."""
+    from chunking.parsers.errors import DocumentError
+
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DocumentError(where, f"{what} holds a lone surrogate (U+{ord(exc.object[exc.start]):04X}), "
+                                   "which is not Unicode text") from None
 
 
 def _first_page(positions: list[dict[str, Any]]) -> int:

@@ -149,6 +149,21 @@ def test_a_pdf_over_the_page_budget_is_refused_before_its_pages_are_read(monkeyp
     assert len(parse_bytes(data, "a.pdf", "a", limits=DocumentLimits(max_pages=3)).pages) == 3
 
 
+def test_a_sidecar_holding_a_lone_surrogate_fails_its_document_at_parse(tmp_path):
+    # JSON may escape half a surrogate pair ("\\ud800"); UTF-8, and so the store, cannot hold it.
+    data = b"The real report."
+    (tmp_path / "report.txt").write_bytes(data)
+    _sidecar(tmp_path, "report", doc_hash=hashlib.sha256(data).hexdigest(), content="Half a pair: \ud800.")
+    assert "\\ud800" in (tmp_path / "report.blocks.jsonl").read_text(encoding="utf-8")
+    with pytest.raises(DocumentError, match=r"content line 1 holds a lone surrogate \(U\+D800\)"):
+        parse_document(tmp_path / "report.txt", "report.txt")
+    (tmp_path / "report.blocks.jsonl").unlink()
+    _sidecar(tmp_path, "report", doc_hash=hashlib.sha256(data).hexdigest())
+    (tmp_path / "report.tables.json").write_text('{"version": "1.0", "tables": {"t1": {"caption": "\\udfff"}}}')
+    with pytest.raises(DocumentError, match=r"the tables sidecar report.tables.json holds a lone surrogate"):
+        parse_document(tmp_path / "report.txt", "report.txt")
+
+
 def test_chunk_count_budget():
     check_chunk_count(5, 5, "a.txt")
     with pytest.raises(LimitExceeded, match=r"a.txt: chunk count 6 is over the limit of 5 \(raise limits.max_chunks"):

@@ -114,6 +114,22 @@ def test_a_pipe_or_a_socket_in_the_folder_fails_alone(settings, instance, docs_d
     assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
 
 
+def test_a_sidecar_with_a_lone_surrogate_fails_its_document_not_its_batch(settings, instance, docs_dir):
+    import json
+
+    data = b"Plain text of the document; its sidecar says otherwise.\n"
+    (docs_dir / "lone.txt").write_bytes(data)
+    meta = {"type": "meta", "format": "lightrag", "version": "1.0",
+            "document_hash": "sha256:" + hashlib.sha256(data).hexdigest()}
+    (docs_dir / "lone.blocks.jsonl").write_text(
+        json.dumps(meta) + '\n{"type": "content", "blockid": "b1", "content": "A lone \\ud800 half.", "level": 0}\n')
+    _, result = _ingest(settings, instance, sorted(scan_folder(docs_dir)))
+    db = settings.db_path
+    errors = dict(_rows(db, "SELECT doc_id, error FROM documents WHERE status = 'error'"))
+    assert set(errors) == {"lone.txt"} and "holds a lone surrogate (U+D800)" in errors["lone.txt"]
+    assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
+
+
 def test_the_sensor_lists_refused_links_without_crashing_or_reading_them(settings, instance, docs_dir, outside):
     from dagster import build_sensor_context
 
