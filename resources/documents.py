@@ -19,6 +19,7 @@ writer forever and a device never ends. Symbolic links to directories are not fo
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -110,8 +111,10 @@ def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
     link_size = path.lstat().st_size
     try:
         real = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # dangling, or a loop of links
+    except (OSError, RuntimeError) as exc:  # dangling, or a loop of links
+        loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
         return SourceFile(key, path, rel, link_size, refusal=(
+            f"{rel}: refused: a loop of symbolic links (through {os.readlink(path)!r})" if loop else
             f"{rel}: refused: a dangling symbolic link (its target {os.readlink(path)!r} does not exist)"))
     if not is_inside(real_root, real):
         return SourceFile(key, path, rel, link_size, refusal=(

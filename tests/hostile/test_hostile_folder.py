@@ -66,6 +66,16 @@ def test_links_out_of_the_root_or_to_nowhere_are_listed_as_refused(docs_dir, out
         sources["passwd.txt"].readable_path
 
 
+def test_a_loop_of_links_is_named_a_loop_not_a_dangling_link(docs_dir):
+    (docs_dir / "a.txt").symlink_to(docs_dir / "b.txt")
+    (docs_dir / "b.txt").symlink_to(docs_dir / "a.txt")
+    (docs_dir / "self.md").symlink_to(docs_dir / "self.md")
+    sources = scan_folder(docs_dir)
+    for key in ("a.txt", "b.txt", "self.md"):
+        assert f"{key}: refused: a loop of symbolic links" in sources[key].refusal
+        assert "dangling" not in sources[key].refusal
+
+
 def test_a_link_to_a_file_outside_the_root_never_reaches_a_chunk(settings, instance, docs_dir, outside):
     (docs_dir / "passwd.txt").symlink_to(outside)
     (docs_dir / "gone.md").symlink_to(docs_dir / "deleted.md")
