@@ -33,7 +33,9 @@ from pydantic import Field
 from chunking.limits import DocumentLimits
 from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path
 
-_UNSAFE = re.compile(r"[|,\[\]\x00-\x1f\x7f]")
+# Surrogates too: a file name that is not valid UTF-8 comes back from the OS with its bad
+# bytes as lone surrogates (surrogateescape), which no database or UI can hold.
+_UNSAFE = re.compile(r"[|,\[\]\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def clean_partition_key(relative_path: str) -> str:
@@ -102,6 +104,14 @@ def _special_file_kind(mode: int) -> str | None:
 def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
     rel = path.relative_to(root).as_posix()
     key = clean_partition_key(rel)
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        # Its path is stored and shown everywhere, so the document is refused under a
+        # printable name (bad bytes as \xNN) and never opened: renaming it is the fix.
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return SourceFile(key, path, shown, 0, refusal=(
+            f"{shown}: refused: its file name is not valid UTF-8; rename the file to read it"))
     if not path.is_symlink():
         info = path.lstat()
         kind = _special_file_kind(info.st_mode)

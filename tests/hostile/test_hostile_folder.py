@@ -140,6 +140,23 @@ def test_a_sidecar_with_a_lone_surrogate_fails_its_document_not_its_batch(settin
     assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
 
 
+def test_a_file_name_that_is_not_utf8_fails_alone_under_a_printable_name(settings, instance, docs_dir):
+    import os
+
+    # b"caf\xe9.txt" (Latin-1 on disk): Python lists it with the byte as a lone surrogate.
+    with open(os.path.join(os.fsencode(docs_dir), b"caf\xe9.txt"), "wb") as handle:
+        handle.write(b"Readable words in a file with a Latin-1 name.")
+    sources = scan_folder(docs_dir)
+    key = next(k for k in sources if k.startswith("caf"))
+    assert key.startswith("caf_.txt~") and key.isprintable()
+    assert sources[key].refusal == "caf\\xe9.txt: refused: its file name is not valid UTF-8; rename the file to read it"
+    _, result = _ingest(settings, instance, sorted(sources))
+    db = settings.db_path
+    errors = dict(_rows(db, "SELECT doc_id, error FROM documents WHERE status = 'error'"))
+    assert set(errors) == {key} and "not valid UTF-8" in errors[key]
+    assert {d for (d,) in _rows(db, "SELECT DISTINCT doc_id FROM chunks")} == {"alpha.md", "sub/beta.txt"}
+
+
 def test_the_sensor_lists_refused_links_without_crashing_or_reading_them(settings, instance, docs_dir, outside):
     from dagster import build_sensor_context
 
