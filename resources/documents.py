@@ -130,11 +130,12 @@ def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
         return SourceFile(key, path, rel, link_size, refusal=(
             f"{rel}: refused: a symbolic link to a file outside the documents folder; "
             f"only files inside {real_root} are read"))
-    kind = _special_file_kind(real.stat().st_mode)
+    info = real.stat()
+    kind = _special_file_kind(info.st_mode)
     if kind is not None:
         return SourceFile(key, path, rel, link_size, refusal=(
             f"{rel}: refused: a symbolic link to {kind}; only regular files are read"))
-    return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=real.stat().st_size, real_path=real)
+    return SourceFile(doc_id=key, path=path, relative_path=rel, size_bytes=info.st_size, real_path=real)
 
 
 def scan_folder(root: Path) -> dict[str, SourceFile]:
