@@ -123,6 +123,23 @@ class ObjectStoreError(RuntimeError):
     """The lake's object storage could not be reached or refused us; raised before anything is written."""
 
 
+# The store's own refusals: about the store or the run, never one document's rows.
+_STORE_REFUSALS = (StoreLockedError, SourceRootConflict, WriteConflictError, ObjectStoreError)
+
+
+def _rows_may_cause(exc: BaseException) -> bool:
+    """True for a write error that one document's rows can cause, so the others may still be stored.
+
+    Besides DuckDB's own errors, the Python binding raises plain ``RuntimeError`` ("Unable to
+    cast Python instance ...") for a value it cannot convert (a string with a lone surrogate),
+    and ``TypeError`` / ``ValueError`` / ``OverflowError`` are what a row's values raise while
+    being prepared. The store's own refusals are about the store, not a row.
+    """
+    if isinstance(exc, _STORE_REFUSALS):
+        return False
+    return isinstance(exc, (duckdb.Error, RuntimeError, TypeError, ValueError, OverflowError))
+
+
 # DuckDB's S3 URL styles: path (http://endpoint/bucket/key: MinIO, moto, most S3-compatible
 # servers) and vhost (http://bucket.endpoint/key: AWS's default).
 S3_URL_STYLES = ("path", "vhost")
@@ -567,19 +584,20 @@ class ChunkStore:
 
         return self._retry_conflicts(attempt)
 
-    def write_documents(self, items: Mapping[str, X], write_of: Callable[[Mapping[str, X]], Write]) -> dict[str, duckdb.Error]:
+    def write_documents(self, items: Mapping[str, X], write_of: Callable[[Mapping[str, X]], Write]) -> dict[str, Exception]:
         """Every document of ``items`` (doc_id -> what to write) stored by ``write_of(items)`` in ONE
         :meth:`write_transaction`, one statement per table for them all: in lake mode each statement
         costs catalog round trips and each commit a serial catalog write, so a step pays them once,
         not once per document.
 
         Invariant: each document's rows are committed whole or not at all, and a document whose
-        own rows fail leaves the others stored. When the shared transaction fails with a DuckDB
-        error (not a lost commit conflict: those are re-run), it rolled back whole; each document
-        is then written alone (``write_of({doc_id: item})``), and the documents whose own write
-        fails are returned, doc_id -> the error. When every document fails alone too (a cause that
-        is no one document's, such as a full disk), or there is only one, the error is raised
-        instead, as is any other exception (``WriteConflictError``, ``StoreLockedError``,
+        own rows fail leaves the others stored. When the shared transaction fails with an error
+        one document's rows can cause (:func:`_rows_may_cause`: a DuckDB error, or a value the
+        binding cannot convert), it rolled back whole; each document is then written alone
+        (``write_of({doc_id: item})``), and the documents whose own write fails are returned,
+        doc_id -> the error. When every document fails alone too (a cause that is no one
+        document's, such as a full disk), or there is only one, the error is raised instead, as
+        is any other exception (``WriteConflictError``, ``StoreLockedError``,
         ``SourceRootConflict``): nothing of the failed writes is stored.
         """
         if not items:
@@ -587,14 +605,16 @@ class ChunkStore:
         try:
             self.write_transaction(write_of(items))
             return {}
-        except duckdb.Error:
-            if len(items) == 1:
+        except Exception as exc:
+            if len(items) == 1 or not _rows_may_cause(exc):
                 raise
-        failed: dict[str, duckdb.Error] = {}
+        failed: dict[str, Exception] = {}
         for doc_id, item in items.items():
             try:
                 self.write_transaction(write_of({doc_id: item}))
-            except duckdb.Error as exc:  # this document's own rows: reported for it, the others go on
+            except Exception as exc:  # this document's own rows: reported for it, the others go on
+                if not _rows_may_cause(exc):
+                    raise
                 failed[doc_id] = exc
         if len(failed) == len(items):
             raise next(iter(failed.values()))

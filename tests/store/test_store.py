@@ -300,6 +300,35 @@ def test_a_document_whose_rows_fail_is_left_out_and_keeps_its_old_rows(store):
     assert [c.text for c in store.load_chunks("b.txt", "recursive")] == ["old b.txt"]  # nothing of it written
 
 
+def test_a_row_the_binding_cannot_convert_fails_its_document_alone(store):
+    # A lone surrogate cannot be cast to a DuckDB VARCHAR: the Python binding raises a plain
+    # RuntimeError, not a duckdb.Error. It is still that document's rows, not the store's fault.
+    docs = ("a.txt", "b.txt", "c.txt")
+    for doc_id in docs:
+        store.record_read(doc_id, ROOT, doc_id, "sha-old", 3)
+        store.replace_chunks(doc_id, "recursive", [chunk(f"old {doc_id}")], config_hash="cfg", doc_sha256="sha-old")
+    bad = Chunk(text="b\ud800", token_count=2, char_start=0, char_end=2)
+    failures = store.write_documents(
+        {doc_id: ([bad] if doc_id == "b.txt" else [chunk(f"new {doc_id}")], "sha-new") for doc_id in docs},
+        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
+    assert set(failures) == {"b.txt"} and not isinstance(failures["b.txt"], duckdb.Error)
+    assert [c.text for c in store.load_chunks("a.txt", "recursive")] == ["new a.txt"]
+    assert [c.text for c in store.load_chunks("c.txt", "recursive")] == ["new c.txt"]
+    assert [c.text for c in store.load_chunks("b.txt", "recursive")] == ["old b.txt"]
+
+
+def test_the_stores_own_refusals_are_raised_not_charged_to_a_document(store):
+    from resources.store import WriteConflictError
+
+    def write_of(subset):
+        def write(con):
+            raise WriteConflictError("lost")
+        return write
+
+    with pytest.raises(WriteConflictError):
+        store.write_documents({"a.txt": 1, "b.txt": 2}, write_of)
+
+
 def test_a_cause_shared_by_every_document_raises_with_nothing_stored(store):
     store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
     bad = Chunk(text="x", token_count=2**40, char_start=0, char_end=1)
