@@ -89,7 +89,7 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
-from chunking.tokenizers import Tokenizer, count_tokens
+from chunking.tokenizers import Tokenizer, count_spans, count_tokens, span_counter
 
 logger = logging.getLogger(__name__)
 
@@ -318,12 +318,10 @@ class UnitSizes:
     @classmethod
     def measure(cls, text: str, units: list[tuple[int, int]], tokenizer: Tokenizer) -> UnitSizes:
         starts = [0] + [e for _, e in units[:-1]]
-        pieces = [text[a:e] for a, (_, e) in zip(starts, units)]
-        batch = getattr(tokenizer, "encode_batch", None)
-        if batch is not None and len(pieces) > 1:
-            tokens = [len(t) for t in batch(pieces)]
-        else:
-            tokens = [count_tokens(tokenizer, p) for p in pieces]
+        # Every piece is a span of the text: counted from one encoding of it (exact), not
+        # one string and one encode each (a batch encode of 200k sentences ran a thread-pool
+        # task per sentence: seconds, and a list of ids per sentence).
+        tokens = count_spans(span_counter(tokenizer, text), starts, [e for _, e in units])
         whitespace: dict[str, int] = {}  # few distinct runs: " ", "\n\n", ...
         lead = []
         for a, (s, _) in zip(starts, units):
@@ -373,14 +371,39 @@ def gap_distances(
     if n < 2:
         return np.zeros(0)
     left, right = window_ranges(n, buffer_size, window_shape)
+    gaps = n - 1
     if window_mode == "reembed" and buffer_size > 0:
         distinct = sorted(set(left) | set(right))
         vectors = _checked(embed([text[units[a][0] : units[z][1]] for a, z in distinct]), len(distinct))
         row = {window: i for i, window in enumerate(distinct)}
-        return paired_distances(vectors[[row[w] for w in left]], vectors[[row[w] for w in right]])
+        left_rows = np.array([row[w] for w in left], dtype=np.int64)
+        right_rows = np.array([row[w] for w in right], dtype=np.int64)
+        return np.concatenate([
+            paired_distances(vectors[left_rows[g:h]], vectors[right_rows[g:h]]) for g, h in _blocks(gaps)])
     vectors = _checked(embed([text[s:e] for s, e in units]), n)
     w = None if weights is None else np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
-    return paired_distances(combined_vectors(vectors, left, w), combined_vectors(vectors, right, w))
+    out = []
+    for g, h in _blocks(gaps):
+        # The units this block's windows cover (windows move forward with the gap): summed
+        # from a prefix over them alone. One block (up to _GAPS_PER_BLOCK gaps) covers every
+        # unit from 0, so a document that size gets exactly the sums of one prefix.
+        lo, hi = left[g][0], right[h - 1][1] + 1
+        local = vectors[lo:hi]
+        local_weights = None if w is None else w[lo:hi]
+        shift = [(a - lo, z - lo) for a, z in left[g:h]], [(a - lo, z - lo) for a, z in right[g:h]]
+        out.append(paired_distances(combined_vectors(local, shift[0], local_weights),
+                                    combined_vectors(local, shift[1], local_weights)))
+    return np.concatenate(out)
+
+
+# Gaps whose distances are computed together: working memory is a few float64 arrays
+# of this many rows by the model's dimension, whatever the document's length (all the
+# units of a 200k-sentence text at once took GBs).
+_GAPS_PER_BLOCK = 4096
+
+
+def _blocks(n: int) -> list[tuple[int, int]]:
+    return [(g, min(n, g + _GAPS_PER_BLOCK)) for g in range(0, n, _GAPS_PER_BLOCK)]
 
 
 def combined_vectors(vectors: np.ndarray, windows: list[Window], weights: np.ndarray | None = None) -> np.ndarray:
@@ -395,10 +418,17 @@ def combined_vectors(vectors: np.ndarray, windows: list[Window], weights: np.nda
 
 
 def _checked(vectors: object, n: int) -> np.ndarray:
-    array = np.asarray(vectors, dtype=np.float64)
+    """The embedding function's output as a 2-D float array of ``n`` rows, finite.
+
+    A float array is kept in its own dtype (float32 from the model: half the memory of a
+    float64 copy); each block is widened to float64 where it is used, which is exact.
+    """
+    array = np.asarray(vectors)
+    if not np.issubdtype(array.dtype, np.floating):
+        array = np.asarray(array, dtype=np.float64)
     if array.ndim != 2 or array.shape[0] != n:
         raise ValueError(f"embedding function returned shape {array.shape} for {n} texts; expected ({n}, dim)")
-    if not np.isfinite(array).all():
+    if not all(np.isfinite(array[g:h]).all() for g, h in _blocks(n)):
         raise ValueError("embedding function returned non-finite values (NaN or inf)")
     return array
 

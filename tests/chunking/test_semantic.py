@@ -141,6 +141,47 @@ def test_combined_window_vector_is_the_token_weighted_sum_of_its_sentences():
     assert np.allclose(combined, [3 * unit[0] + 6 * unit[1], 3 * unit[0] + 6 * unit[1] + 2 * unit[2], 2 * unit[2]])
 
 
+@pytest.mark.parametrize("window_shape", ["gap", "centered"])
+@pytest.mark.parametrize(("window_mode", "buffer_size"), [("combine", 1), ("combine", 2), ("reembed", 1)])
+def test_distances_are_computed_in_bounded_blocks_and_agree_with_one_pass(
+        monkeypatch, window_mode, buffer_size, window_shape):
+    # A long document's distances are worked out a block of gaps at a time, so working
+    # memory does not grow with the document; the blocks must join seamlessly.
+    import chunking.strategies.semantic as semantic
+
+    rng = np.random.default_rng(7)
+    text = " ".join(f"Sentence {i} is here." for i in range(23))
+    units = sentence_units(text)
+    table = {text[s:e]: rng.standard_normal(6) for s, e in units}
+
+    def embed(texts):
+        return np.array([sum((table[text[s:e]] for s, e in units if text[s:e] in t), np.zeros(6)) for t in texts])
+
+    weights = rng.integers(1, 9, len(units)).astype(np.float64)
+    whole = gap_distances(text, units, embed, buffer_size, window_mode, window_shape, weights)
+    seen_rows = []
+    combine = semantic.combined_vectors
+    monkeypatch.setattr(semantic, "combined_vectors",
+                        lambda v, windows, w=None: seen_rows.append(len(v)) or combine(v, windows, w))
+    monkeypatch.setattr(semantic, "_GAPS_PER_BLOCK", 4)
+    blocked = gap_distances(text, units, embed, buffer_size, window_mode, window_shape, weights)
+    assert len(blocked) == len(units) - 1
+    np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-12)
+    if window_mode == "combine":
+        # Each block sums only the units its windows cover: the block's gaps and the buffer.
+        assert len(seen_rows) == 2 * 6 and max(seen_rows) <= 4 + 2 * buffer_size + 1
+
+
+def test_unit_sizes_count_each_sentence_with_the_whitespace_before_it():
+    tokenizer = TiktokenTokenizer()
+    text = ("Über uns.  Das ist gut. 😀 Emoji here.\n\nNext paragraph with words. " * 400).strip()
+    units = sentence_units(text)
+    sizes = UnitSizes.measure(text, units, tokenizer)
+    starts = [0] + [e for _, e in units[:-1]]
+    assert sizes.tokens.tolist() == [tokenizer.count(text[a:e]) for a, (_, e) in zip(starts, units)]
+    assert sizes.lead.tolist() == [tokenizer.count(text[a:s]) for a, (s, _) in zip(starts, units)]
+
+
 @pytest.mark.parametrize("window_mode", ["reembed", "combine"])
 def test_gap_windows_peak_at_the_shift_where_centred_windows_can_miss_it(window_mode):
     # A model that reacts to the first foreign sentence in a window more than to
