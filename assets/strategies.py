@@ -33,12 +33,13 @@ from assets.checks import (
     check_specs,
     check_token_cap,
     emit_partition_results,
+    record_failed_partition,
 )
 from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs, share_out
 from assets.documents import parsed_documents
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.embedding import RecordingEmbedder
-from chunking.limits import check_chunk_count
+from chunking.limits import LimitExceeded, check_chunk_count, time_budget
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
@@ -159,6 +160,7 @@ def build_strategy_assets(
         computed: dict[str, tuple] = {}  # doc_id -> (doc, chunks, seconds to compute them)
         to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
+        limits = documents.document_limits()
         # Read once for the step (in lake mode every query costs catalog round trips).
         parses = chunk_store.load_parsed_of(context.partition_keys)
         unparsed = chunk_store.documents_of([d for d in context.partition_keys if d not in parses])
@@ -173,9 +175,11 @@ def build_strategy_assets(
                 metadata[doc_id] = {"error": errors[doc_id]}
                 continue
             doc_embedder = RecordingEmbedder(embedder) if reuse_vectors else embedder
+            source = doc.source_name or doc_id
             try:
-                chunks = spec.chunk(doc, config, tok, doc_embedder)
-                check_chunk_count(len(chunks), documents.document_limits().max_chunks, doc.source_name or doc_id)
+                with time_budget(source, "chunk_timeout_s", f"{strategy_name} chunking time", limits.chunk_timeout_s):
+                    chunks = spec.chunk(doc, config, tok, doc_embedder)
+                check_chunk_count(len(chunks), limits.max_chunks, source)
             except Exception as exc:  # one document's failure must not stop the batch
                 log.exception("strategy %s failed on %s", strategy_name, doc_id)
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
@@ -226,7 +230,8 @@ def build_strategy_assets(
         metadata={"strategy": spec.name},
     )
     def embeddings_asset(
-        context: AssetExecutionContext, embedding: EmbeddingModelResource, store: StoreResource
+        context: AssetExecutionContext, embedding: EmbeddingModelResource, store: StoreResource,
+        documents: DocumentsFolder,
     ) -> Iterator[object]:
         step_started = time.perf_counter()
         chunk_store = store.store()
@@ -243,34 +248,42 @@ def build_strategy_assets(
                            for d, rows in rows_by_doc.items()}
         all_hashes = [c.text_sha256 for rows in rows_by_doc.values() for c in rows]
         cached = chunk_store.cached_embeddings(model_id, all_hashes)
-        # Embed each distinct missing text (late chunking: window and span) once, across the whole batch.
-        missing: dict[str, StoredChunk] = {}
-        for rows in rows_by_doc.values():
-            for c in rows:
-                if c.text_sha256 not in cached:
-                    missing.setdefault(c.text_sha256, c)
-        fresh: dict[str, np.ndarray] = {}
-        model_seconds = 0.0
-        if missing:
-            model_started = time.perf_counter()
-            vectors = embed_rows(embedder, list(missing.values()))
-            model_seconds = time.perf_counter() - model_started
-            fresh = dict(zip(missing.keys(), vectors))
-        vector_of = {**cached, **fresh}
+        limits = documents.document_limits()
         outcomes: dict[str, list[CheckOutcome]] = {}
         metadata: dict[str, dict] = {
             doc_id: {"error": f"{doc_id}: nothing to embed: {(document_rows.get(doc_id) or {}).get('error') or 'not parsed'}"}
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
-        counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
+        # Document by document, each under its own time budget, so its model seconds are its
+        # own and one document over its budget fails alone. Each distinct missing text
+        # (late chunking: window and span) is embedded once in the batch, for the first
+        # document that has it; a later one takes its vector from there.
+        vector_of: dict[str, np.ndarray] = dict(cached)
         new_by_doc: dict[str, set[str]] = {}
-        to_write: dict[str, tuple] = {}  # doc_id -> (rows, its freshly embedded vectors)
-        for doc_id, rows in rows_by_doc.items():
-            doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
+        model_seconds_of: dict[str, float] = {}
+        to_write: dict[str, tuple] = {}  # doc_id -> (rows, the vectors embedded for it)
+        refused: dict[str, str] = {}  # doc_id -> its time budget's refusal
+        for doc_id, rows in list(rows_by_doc.items()):
+            missing: dict[str, StoredChunk] = {}
+            for c in rows:
+                if c.text_sha256 not in vector_of:
+                    missing.setdefault(c.text_sha256, c)
+            model_started = time.perf_counter()
+            try:
+                with time_budget(doc_id, "embed_timeout_s", f"{strategy_name} embedding time", limits.embed_timeout_s):
+                    vectors = embed_rows(embedder, list(missing.values())) if missing else []
+            except LimitExceeded as exc:  # this document alone: nothing of it is written
+                refused[doc_id] = str(exc)
+                context.log.error(refused[doc_id])
+                metadata[doc_id] = {"error": refused[doc_id]}
+                outcomes[doc_id] = [CheckOutcome("embeddings_complete", False, description=refused[doc_id])]
+                del rows_by_doc[doc_id]
+                continue
+            model_seconds_of[doc_id] = time.perf_counter() - model_started
+            doc_fresh = dict(zip(missing, vectors))
+            vector_of.update(doc_fresh)
+            new_by_doc[doc_id] = set(doc_fresh)
             to_write[doc_id] = ([(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh)
-            new_here = set(doc_fresh) - counted_fresh
-            counted_fresh |= new_here
-            new_by_doc[doc_id] = new_here
         # Every document's vectors in one transaction: one commit per step, not per document;
         # each document's share of it follows its number of chunks.
         written = time.perf_counter()
@@ -302,11 +315,11 @@ def build_strategy_assets(
                 "model_tokens_max": max(model_tokens, default=0),
             }
             per_doc.add(doc_id, time.perf_counter() - doc_started)
-        # The model ran once for the batch: each document's share follows the characters it
-        # asked it to embed; what the step did for all documents at once (loading their
-        # chunks, the cache lookup, loading the model) is shared equally.
-        model_share = share_out(model_seconds, {d: sum(len(missing[h].text) for h in new_by_doc[d]) for d in rows_by_doc})
-        unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - model_seconds
+        # The model ran for each document on its own: its seconds are measured, not shared out;
+        # what the step did for all documents at once (loading their chunks, the cache lookup,
+        # loading the model) is shared equally.
+        model_share = {d: model_seconds_of[d] for d in rows_by_doc}
+        unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - sum(model_share.values())
         overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))
         costs = [
             StageCost(d, "embed", strategy_name, per_doc.get(d) + model_share[d] + overhead[d], store_watch.get(d),
@@ -317,6 +330,10 @@ def build_strategy_assets(
         for cost in costs:
             metadata[cost.doc_id].update(cost.metadata())
         record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
+        if refused and len(context.partition_keys) == 1:
+            doc_id, error = next(iter(refused.items()))
+            record_failed_partition(context, embeddings_key, outcomes[doc_id][0])
+            raise Failure(description=error, metadata={"document": doc_id, "error": error})
         yield from emit_partition_results(
             context, embeddings_key, EMBEDDING_CHECKS, outcomes, metadata,
             shared_metadata={"model_id": model_id, "dimension": embedder.dimension},

@@ -10,6 +10,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from chunking.limits import check_time_budget, current_time_budget
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -221,15 +223,21 @@ class SentenceTransformerEmbedder:
             self.texts_embedded += len(texts)
         if self._mean_pooled is not None and (self.length_sorted or self.precision == "int8"):
             return self._embed_sorted(texts)
-        with self._autocast():
-            vectors = self._model.encode(
-                texts,
-                batch_size=self.batch_size,
-                normalize_embeddings=self.normalize,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+        # The model's own loop cannot be interrupted: fed a slice at a time, so a time budget
+        # (chunking.limits.time_budget) is checked every few batches.
+        step = self.batch_size * _BATCHES_PER_BUDGET_CHECK
+        parts = []
+        for start in range(0, len(texts), step):
+            check_time_budget()
+            with self._autocast():
+                parts.append(np.asarray(self._model.encode(
+                    texts[start : start + step],
+                    batch_size=self.batch_size,
+                    normalize_embeddings=self.normalize,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                ), dtype=np.float32))
+        return np.concatenate(parts)
 
     def _autocast(self):
         import contextlib
@@ -345,8 +353,12 @@ class SentenceTransformerEmbedder:
         transformer = self._transformer()
         pad = self._model.tokenizer.pad_token_id or 0
         out = np.empty((len(ids) if spans is None else spans[2], self.dimension), dtype=np.float32)
+        # Read here: the worker threads below do not see the caller's context.
+        budget = current_time_budget()
 
         def embed_batch(rows: np.ndarray) -> None:
+            if budget is not None:
+                budget.check()  # between batches: a document over its time stops within one batch
             width = int(lengths[rows[-1]])  # sorted: the last is the longest
             batch = np.full((len(rows), width), pad, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -404,6 +416,8 @@ def span_weights(offsets: Sequence[tuple[int, int]], special: Sequence[int], sta
 
 
 _THREAD_SETTING = threading.Lock()
+# The model's own encode loop is fed this many batches at a time between time-budget checks.
+_BATCHES_PER_BUDGET_CHECK = 8
 _COUNTING = threading.Lock()
 
 

@@ -21,13 +21,18 @@ Invariants a caller relies on:
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from chunking.errors import DocumentError
 
-__all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "check_chunk_count", "check_page_count",
-           "check_parsed_budget",
+__all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "TimeBudget", "check_chunk_count", "check_page_count",
+           "check_parsed_budget", "check_time_budget", "current_time_budget", "time_budget",
            "limit_key", "refused_under", "would_refuse_again"]
 
 MIB = 1024 * 1024
@@ -57,6 +62,12 @@ class DocumentLimits(BaseModel):
     parse_timeout_s: int = Field(120, ge=1, description="Wall-clock seconds for parsing one document.")
     parse_memory_mb: int = Field(
         1024, ge=64, description="Address space of the parsing worker process (RLIMIT_AS), in MiB.")
+    chunk_timeout_s: int = Field(
+        300, ge=1, description="Wall-clock seconds one strategy may spend chunking one document (the semantic "
+                               "strategy's sentence embeddings included); checked between model batches.")
+    embed_timeout_s: int = Field(
+        300, ge=1, description="Wall-clock seconds the embeddings step may spend on one document's chunks of "
+                               "one strategy; checked between model batches.")
     trust_unhashed_sidecars: bool = Field(
         False, description="Use a .blocks.jsonl sidecar that declares no document_hash (off: such a sidecar "
                            "is ignored and the document is parsed from its own bytes).")
@@ -105,6 +116,57 @@ def check_chunk_count(count: int, max_chunks: int, source: str) -> None:
     """Raise :class:`LimitExceeded` if one strategy made more than ``max_chunks`` chunks of one document."""
     if count > max_chunks:
         raise LimitExceeded(source, "max_chunks", "chunk count", count, max_chunks)
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """Wall-clock seconds one document may spend in one step, from when it started.
+
+    Work that runs in the step's own process (chunking, embedding: the model is
+    loaded there once and shared) cannot be killed from outside the way a parse
+    worker is, so the long loops check the budget between units of work (model
+    batches, blocks of distances) and stop with :class:`LimitExceeded`. The
+    overrun is bounded by one such unit, a fraction of a second.
+    """
+
+    source: str
+    limit: str
+    what: str
+    seconds: int
+    deadline: float  # on ``_clock``
+
+    def check(self) -> None:
+        if _clock() > self.deadline:
+            raise LimitExceeded(self.source, self.limit, self.what, None, f"{self.seconds} s")
+
+
+_clock = time.monotonic
+_BUDGET: ContextVar[TimeBudget | None] = ContextVar("chunkyard_time_budget", default=None)
+
+
+@contextmanager
+def time_budget(source: str, limit: str, what: str, seconds: int) -> Iterator[TimeBudget]:
+    """Within the block, :func:`check_time_budget` raises :class:`LimitExceeded` once ``seconds``
+    have passed; ``limit`` names the :class:`DocumentLimits` field that set them."""
+    budget = TimeBudget(source, limit, what, seconds, _clock() + seconds)
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def current_time_budget() -> TimeBudget | None:
+    """The budget of the enclosing :func:`time_budget` (read it before handing work to other
+    threads: a thread pool's threads do not see the caller's context)."""
+    return _BUDGET.get()
+
+
+def check_time_budget() -> None:
+    """Raise :class:`LimitExceeded` if the enclosing :func:`time_budget` has run out (no budget: no-op)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.check()
 
 
 # "... the limit of <value>[ unit] ... raise limits.<name> ...": the one message shape

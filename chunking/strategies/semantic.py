@@ -78,13 +78,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from chunking.limits import check_time_budget
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec, TokenBudgetConfig
@@ -402,8 +403,11 @@ def gap_distances(
 _GAPS_PER_BLOCK = 4096
 
 
-def _blocks(n: int) -> list[tuple[int, int]]:
-    return [(g, min(n, g + _GAPS_PER_BLOCK)) for g in range(0, n, _GAPS_PER_BLOCK)]
+def _blocks(n: int) -> Iterator[tuple[int, int]]:
+    """``[g, h)`` bounds of the blocks of ``n`` rows; the document's time budget is checked before each."""
+    for g in range(0, n, _GAPS_PER_BLOCK):
+        check_time_budget()
+        yield g, min(n, g + _GAPS_PER_BLOCK)
 
 
 def combined_vectors(vectors: np.ndarray, windows: list[Window], weights: np.ndarray | None = None) -> np.ndarray:

@@ -58,11 +58,15 @@ def embedder():
 
 
 def _embed(embedder, **settings):
+    return _embed_texts(embedder, TEXTS, **settings)
+
+
+def _embed_texts(embedder, texts, **settings):
     saved = {name: getattr(embedder, name) for name in settings}
     for name, value in settings.items():
         setattr(embedder, name, value)
     try:
-        return embedder.embed(TEXTS)
+        return embedder.embed(texts)
     finally:
         for name, value in saved.items():
             setattr(embedder, name, value)
@@ -192,3 +196,49 @@ def test_batch_shapes_are_the_batches_embed_runs(embedder):
     before = embedder.texts_embedded
     embedder.embed(texts)
     assert embedder.texts_embedded - before == sum(n for n, _, _ in shapes)
+
+
+class _SteppedClock:
+    """A clock for chunking.limits that reads 0 until ``expire()``, then far past any budget."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def expire(self) -> None:
+        self.now = 1e9
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("settings", "expected_batches"),
+                         [(dict(workers=1), 1), (dict(workers=2), None), (dict(length_sorted=False), 0)])
+def test_a_document_over_its_time_budget_stops_between_model_batches(embedder, monkeypatch, settings, expected_batches):
+    import chunking.limits as limits
+
+    clock = _SteppedClock()
+    monkeypatch.setattr(limits, "_clock", clock)
+    transformer = embedder._transformer()
+    batches_run = []
+
+    def forward_then_expire(*args, **kwargs):  # the first batch uses up the budget
+        batches_run.append(1)
+        clock.expire()
+        return transformer(*args, **kwargs)
+
+    monkeypatch.setattr(embedder, "_transformer", lambda: forward_then_expire)
+    texts = [f"{text} ({i})" for i, text in enumerate(TEXTS)]  # distinct: 8 batches of 8
+    with limits.time_budget("slow.txt", "embed_timeout_s", "recursive embedding time", 5):
+        if settings.get("length_sorted") is False:
+            clock.expire()  # the model's own loop: checked between slices of batches, so before the first
+        with pytest.raises(limits.LimitExceeded, match=r"slow.txt: recursive embedding time is over the limit of "
+                                                       r"5 s \(raise limits.embed_timeout_s"):
+            _embed_texts(embedder, texts, **settings)
+    # Worker threads see the budget too (a thread pool does not carry the caller's context).
+    if expected_batches is not None:
+        assert len(batches_run) == expected_batches
+    else:
+        assert 1 <= len(batches_run) <= 2  # each of the two workers may have begun one batch
+    # Outside a budget nothing is refused, whatever the clock says.
+    assert _embed_texts(embedder, texts, **settings).shape == (len(texts), embedder.dimension)

@@ -297,3 +297,59 @@ def test_a_stored_refusal_says_which_limit_refused_it_and_whether_raising_it_may
     assert not would_refuse_again(error, DocumentLimits(max_chars=6_000_000))
     assert refused_under("a.txt: invalid JSON: Expecting value at line 1 column 1") is None
     assert would_refuse_again("a.txt: invalid JSON", DocumentLimits(max_chars=10 ** 9))
+
+
+# -- time budgets of the steps that run in-process (chunking, embedding) -------------
+
+
+def test_a_time_budget_refuses_once_its_seconds_have_passed_and_names_its_key(monkeypatch):
+    import chunking.limits as limits
+
+    now = [100.0]
+    monkeypatch.setattr(limits, "_clock", lambda: now[0])
+    limits.check_time_budget()  # no budget: nothing to refuse
+    with limits.time_budget("big.txt", "chunk_timeout_s", "semantic chunking time", 30) as budget:
+        assert limits.current_time_budget() is budget
+        now[0] = 130.0
+        limits.check_time_budget()  # at the limit, not over it
+        now[0] = 130.5
+        with pytest.raises(LimitExceeded) as info:
+            limits.check_time_budget()
+    assert limits.current_time_budget() is None  # the budget ends with its block
+    limits.check_time_budget()
+    assert str(info.value) == ("big.txt: semantic chunking time is over the limit of 30 s "
+                               "(raise limits.chunk_timeout_s in chunkyard.toml to allow it)")
+    assert info.value.limit == "chunk_timeout_s"
+    assert limits.refused_under(str(info.value)) == ("chunk_timeout_s", 30)
+    assert not limits.would_refuse_again(str(info.value), DocumentLimits(chunk_timeout_s=60))
+
+
+def test_semantic_chunking_stops_between_blocks_of_distances_when_its_budget_runs_out(monkeypatch):
+    import numpy as np
+
+    import chunking.limits as limits
+    import chunking.strategies.semantic as semantic
+    from chunking.tokenizers import CharTokenizer
+
+    now = [0.0]
+    monkeypatch.setattr(limits, "_clock", lambda: now[0])
+    monkeypatch.setattr(semantic, "_GAPS_PER_BLOCK", 8)
+    text = " ".join(f"Sentence number {i} here." for i in range(40))
+    blocks = []
+
+    def embed(texts):
+        return np.random.default_rng(0).standard_normal((len(texts), 4))
+
+    real_paired = semantic.paired_distances
+
+    def paired_then_late(a, b):  # each block of distances takes "10 s"
+        blocks.append(len(a))
+        now[0] += 10
+        return real_paired(a, b)
+
+    monkeypatch.setattr(semantic, "paired_distances", paired_then_late)
+    with limits.time_budget("long.txt", "chunk_timeout_s", "semantic chunking time", 25):
+        with pytest.raises(LimitExceeded, match=r"long.txt: semantic chunking time is over the limit of 25 s"):
+            semantic.split_semantic(text, CharTokenizer(), embed)
+    assert len(blocks) == 3  # 39 gaps in blocks of 8: stopped after the third, not at the end
+    assert len(semantic.split_semantic(text, CharTokenizer(), embed)) >= 1  # no budget, no refusal

@@ -1,0 +1,113 @@
+"""A document over its chunking or embedding time budget fails alone: its partition says which
+limit refused it, the other documents of the batch are chunked and embedded, nothing of it is stored.
+
+The steps' clock (``chunking.limits._clock``) is made to jump while the slow document is being
+worked on, so no test waits for a real timeout."""
+
+import time
+
+import duckdb
+import pytest
+from dagster import DagsterEventType
+
+import chunking.limits as limits
+from orchestration.definitions import INGEST_JOB, build_project
+
+RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
+DOCS = ("alpha.md", "slow.txt", "sub/beta.txt")
+
+
+class JumpingClock:
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def jump(self) -> None:
+        self.offset += 10_000  # far past the default budgets (300 s)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    jumping = JumpingClock()
+    monkeypatch.setattr(limits, "_clock", jumping)
+    return jumping
+
+
+def run(settings, instance, first, last):
+    instance.add_dynamic_partitions("documents", list(DOCS))
+    job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
+    return job.execute_in_process(instance=instance, tags={RANGE[0]: first, RANGE[1]: last}, raise_on_error=False)
+
+
+def partition_metadata(result, asset_name):
+    out = {}
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            mat = event.event_specific_data.materialization
+            if mat.asset_key.to_user_string() == asset_name:
+                out[mat.partition] = {k: v.value for k, v in mat.metadata.items()}
+    return out
+
+
+def check_results(result, asset_name, check_name):
+    return {e.event_specific_data.partition: (e.event_specific_data.passed, e.event_specific_data.description)
+            for e in result.all_events
+            if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
+            and e.event_specific_data.asset_key.to_user_string() == asset_name
+            and e.event_specific_data.check_name == check_name}
+
+
+def stored(settings, table, strategy="recursive"):
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        sql = f"SELECT DISTINCT doc_id FROM {table} WHERE strategy = ?"
+        return {r[0] for r in con.execute(sql, [strategy]).fetchall()}
+
+
+def test_a_document_over_its_embedding_budget_fails_alone(settings, instance, docs_dir, clock, monkeypatch):
+    import assets.strategies as strategies
+
+    (docs_dir / "slow.txt").write_text("SLOW text that takes the model too long to read.", encoding="utf-8")
+    real_embed_rows = strategies.embed_rows
+
+    def embed_rows(embedder, rows):
+        if any("SLOW" in r.text for r in rows):
+            clock.jump()  # the model "takes" 10,000 s on this document; its next batch is refused
+        return real_embed_rows(embedder, rows)
+
+    monkeypatch.setattr(strategies, "embed_rows", embed_rows)
+    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    assert result.success, "one document over its budget must not fail the batch"
+    error = partition_metadata(result, "embeddings_recursive")["slow.txt"]["error"]
+    assert error == ("slow.txt: recursive embedding time is over the limit of 300 s "
+                     "(raise limits.embed_timeout_s in chunkyard.toml to allow it)")
+    checks = check_results(result, "embeddings_recursive", "embeddings_complete")
+    assert checks["slow.txt"] == (False, error)
+    assert checks["alpha.md"][0] is True and checks["sub/beta.txt"][0] is True
+    assert stored(settings, "chunks") == set(DOCS)  # chunking was within its budget
+    assert stored(settings, "embeddings") == {"alpha.md", "sub/beta.txt"}
+    # The others' metadata is their own: their new vectors and model seconds, not a share of slow.txt's.
+    others = partition_metadata(result, "embeddings_recursive")
+    assert others["alpha.md"]["new_embeddings"] >= 1 and "error" not in others["alpha.md"]
+
+
+def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, docs_dir, clock, monkeypatch):
+    import chunking.strategies.recursive as recursive
+
+    (docs_dir / "slow.txt").write_text("SLOW text that a strategy takes too long to chunk.", encoding="utf-8")
+    real_split = recursive.split_recursive
+
+    def split_recursive(text, *args, **kwargs):
+        if "SLOW" in text:
+            clock.jump()
+            limits.check_time_budget()  # where a long strategy checks its budget
+        return real_split(text, *args, **kwargs)
+
+    monkeypatch.setattr(recursive, "split_recursive", split_recursive)
+    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    assert result.success
+    error = partition_metadata(result, "chunks_recursive")["slow.txt"]["error"]
+    assert "slow.txt: recursive chunking time is over the limit of 300 s (raise limits.chunk_timeout_s" in error
+    assert stored(settings, "chunks") == {"alpha.md", "sub/beta.txt"}
+    assert stored(settings, "embeddings") == {"alpha.md", "sub/beta.txt"}
