@@ -12,6 +12,7 @@ from dagster import DagsterEventType
 
 import chunking.limits as limits
 from orchestration.definitions import INGEST_JOB, build_project
+from tests.assets.test_partition_truth import latest_check_description
 
 RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 DOCS = ("alpha.md", "slow.txt", "sub/beta.txt")
@@ -90,6 +91,15 @@ def test_a_document_over_its_embedding_budget_fails_alone(settings, instance, do
     # The others' metadata is their own: their new vectors and model seconds, not a share of slow.txt's.
     others = partition_metadata(result, "embeddings_recursive")
     assert others["alpha.md"]["new_embeddings"] >= 1 and "error" not in others["alpha.md"]
+
+    # Alone, the document fails its own run, with the same message and its check failed.
+    job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
+    alone = job.execute_in_process(instance=instance, partition_key="slow.txt", raise_on_error=False)
+    assert not alone.success
+    failures = {e.step_key: e.event_specific_data.error_display_string
+                for e in alone.all_events if e.event_type == DagsterEventType.STEP_FAILURE}
+    assert error in failures["embeddings_recursive"]  # every strategy's embeddings step: the model is slow on it
+    assert latest_check_description(instance, "embeddings_recursive", "embeddings_complete", "slow.txt") == error
 
 
 def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, docs_dir, clock, monkeypatch):
