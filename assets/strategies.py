@@ -37,9 +37,10 @@ from assets.checks import (
 )
 from assets.costs import StageCost, Stopwatch, ingest_id_of, record_stage_costs, share_out
 from assets.documents import parsed_documents
+from assets.embed_groups import embed_in_groups
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.embedding import RecordingEmbedder
-from chunking.limits import LimitExceeded, check_chunk_count, time_budget
+from chunking.limits import check_chunk_count, time_budget
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
@@ -254,36 +255,29 @@ def build_strategy_assets(
             doc_id: {"error": f"{doc_id}: nothing to embed: {(document_rows.get(doc_id) or {}).get('error') or 'not parsed'}"}
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
-        # Document by document, each under its own time budget, so its model seconds are its
-        # own and one document over its budget fails alone. Each distinct missing text
-        # (late chunking: window and span) is embedded once in the batch, for the first
-        # document that has it; a later one takes its vector from there.
-        vector_of: dict[str, np.ndarray] = dict(cached)
+        # Small documents share a model call (throughput), large ones get their own; every call
+        # runs under the time budget, and a document over it fails alone (assets/embed_groups.py).
+        needs = {doc_id: {c.text_sha256: c for c in rows} for doc_id, rows in rows_by_doc.items()}
+        fresh, model_seconds_of, refused = embed_in_groups(
+            needs, set(cached), lambda rows: embed_rows(embedder, rows),
+            lambda label: time_budget(label, "embed_timeout_s", f"{strategy_name} embedding time",
+                                      limits.embed_timeout_s),
+            lambda row: row.text)
+        vector_of: dict[str, np.ndarray] = {**cached, **fresh}
         new_by_doc: dict[str, set[str]] = {}
-        model_seconds_of: dict[str, float] = {}
         to_write: dict[str, tuple] = {}  # doc_id -> (rows, the vectors embedded for it)
-        refused: dict[str, str] = {}  # doc_id -> its time budget's refusal
+        counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         for doc_id, rows in list(rows_by_doc.items()):
-            missing: dict[str, StoredChunk] = {}
-            for c in rows:
-                if c.text_sha256 not in vector_of:
-                    missing.setdefault(c.text_sha256, c)
-            model_started = time.perf_counter()
-            try:
-                with time_budget(doc_id, "embed_timeout_s", f"{strategy_name} embedding time", limits.embed_timeout_s):
-                    vectors = embed_rows(embedder, list(missing.values())) if missing else []
-            except LimitExceeded as exc:  # this document alone: nothing of it is written
-                refused[doc_id] = str(exc)
+            if doc_id in refused:  # this document alone: nothing of it is written
                 context.log.error(refused[doc_id])
                 metadata[doc_id] = {"error": refused[doc_id]}
                 outcomes[doc_id] = [CheckOutcome("embeddings_complete", False, description=refused[doc_id])]
                 del rows_by_doc[doc_id]
                 continue
-            model_seconds_of[doc_id] = time.perf_counter() - model_started
-            doc_fresh = dict(zip(missing, vectors))
-            vector_of.update(doc_fresh)
-            new_by_doc[doc_id] = set(doc_fresh)
+            doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
             to_write[doc_id] = ([(c.chunk_index, c.text_sha256, vector_of[c.text_sha256]) for c in rows], doc_fresh)
+            new_by_doc[doc_id] = set(doc_fresh) - counted_fresh
+            counted_fresh |= new_by_doc[doc_id]
         # Every document's vectors in one transaction: one commit per step, not per document;
         # each document's share of it follows its number of chunks.
         written = time.perf_counter()
@@ -315,10 +309,10 @@ def build_strategy_assets(
                 "model_tokens_max": max(model_tokens, default=0),
             }
             per_doc.add(doc_id, time.perf_counter() - doc_started)
-        # The model ran for each document on its own: its seconds are measured, not shared out;
-        # what the step did for all documents at once (loading their chunks, the cache lookup,
-        # loading the model) is shared equally.
-        model_share = {d: model_seconds_of[d] for d in rows_by_doc}
+        # Model seconds: measured for a document alone in its call, shared by characters within a
+        # group's call; what the step did for all documents at once (loading their chunks, the
+        # cache lookup, loading the model) is shared equally.
+        model_share = {d: model_seconds_of.get(d, 0.0) for d in rows_by_doc}
         unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - sum(model_share.values())
         overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))
         costs = [

@@ -1,0 +1,106 @@
+"""The embeddings step's model calls: documents grouped for throughput, each within its time budget.
+
+One model call per document costs the idle tail of the workers once per call (the last
+batches of a call run while a worker waits) and sorts fewer texts by length: on
+../shared/corpus (36 documents, 1,285 recursive chunk texts of 400 tokens) embedding
+document by document took 1.02-1.17x the time of one call for all (4 interleaved rounds,
+median 1.10), grouped as here 0.99x and 1.08x (2 rounds; the host's noise is of that
+order). So small documents share a call, up to ``GROUP_TEXTS`` texts, and a document with
+that many texts of its own gets a call to itself (script: /tmp/s19/perdoc.py, session 19).
+
+Invariants a caller relies on (:func:`embed_in_groups`):
+
+* Each text (by key) is embedded at most once, in the call of the first document that
+  needs it; every document that is not refused ends with a vector for each of its texts.
+* A call runs under a time budget of ``seconds``. A group's call over it is not a refusal:
+  each of its documents is embedded again alone, under a budget of its own, so a refusal
+  is only ever one document's (the wasted work is at most one budget).
+* A refused document gets no vectors from this step; a later document that needed the
+  same text is not held back by it (the text is embedded again in that document's call).
+* Model seconds: a document alone gets its call's measured seconds; a group's seconds are
+  shared among its documents by the characters each asked to embed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TypeVar
+
+import numpy as np
+
+from assets.costs import share_out
+from chunking.limits import LimitExceeded
+
+Row = TypeVar("Row")
+
+# Texts per shared call: a few dozen batches, so the workers' idle tail is a few per cent
+# of the call (measured above), while a refusal re-runs at most this many texts.
+GROUP_TEXTS = 256
+
+
+def embed_in_groups(
+    needs: Mapping[str, Mapping[str, Row]],
+    known: set[str],
+    embed: Callable[[list[Row]], np.ndarray],
+    budget: Callable[[str], AbstractContextManager],
+    text_of: Callable[[Row], str],
+) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, str]]:
+    """Embed what each document of ``needs`` (doc_id -> {key: row}, in step order) lacks.
+
+    ``known`` are keys that already have vectors (the cache); ``embed(rows)`` runs the
+    model; ``budget(label)`` is the time budget a call runs under (``label``: a doc_id, or
+    the documents of a group); ``text_of(row)`` is what a row asks the model to read.
+    Returns ``(vectors by key, model seconds by doc_id, refusal message by doc_id)``.
+    """
+    vectors: dict[str, np.ndarray] = {}
+    seconds: dict[str, float] = {}
+    refused: dict[str, str] = {}
+    claimed = set(known)
+
+    def run(docs: Sequence[str], own: dict[str, dict[str, Row]]) -> None:
+        """One call for ``docs``; a group over its budget falls back to one call per document."""
+        rows = {key: row for doc in docs for key, row in own[doc].items()}
+        label = docs[0] if len(docs) == 1 else f"documents {', '.join(docs)}"
+        started = time.perf_counter()
+        try:
+            with budget(label):
+                fresh = embed(list(rows.values())) if rows else np.zeros((0, 0), dtype=np.float32)
+        except LimitExceeded as exc:
+            if len(docs) == 1:
+                refused[docs[0]] = str(exc)
+                return
+            for doc in docs:
+                run([doc], own)
+            return
+        elapsed = time.perf_counter() - started
+        vectors.update(zip(rows, fresh))
+        seconds.update(share_out(elapsed, {d: sum(len(text_of(r)) for r in own[d].values()) for d in docs}))
+
+    group: list[str] = []
+    own: dict[str, dict[str, Row]] = {}  # doc -> the texts it is the first to need
+    for doc, rows in needs.items():
+        own[doc] = {key: row for key, row in rows.items() if key not in claimed}
+        claimed.update(own[doc])
+        if len(own[doc]) >= GROUP_TEXTS:
+            run([doc], own)  # large enough to keep the workers busy alone: its seconds are its own
+            continue
+        group.append(doc)
+        if sum(len(own[d]) for d in group) >= GROUP_TEXTS:
+            run(group, own)
+            group = []
+    if group:
+        run(group, own)
+    # A text claimed by a document that was then refused: embedded for the next one that needs it.
+    for doc, rows in needs.items():
+        if doc in refused:
+            continue
+        lacking = {key: row for key, row in rows.items() if key not in vectors and key not in known}
+        if lacking:
+            extra_started = seconds.get(doc, 0.0)
+            own[doc] = lacking
+            run([doc], own)
+            if doc in seconds:
+                seconds[doc] += extra_started
+    return vectors, seconds, refused
