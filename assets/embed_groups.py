@@ -40,6 +40,27 @@ Row = TypeVar("Row")
 GROUP_TEXTS = 256
 
 
+def plan_calls(sizes: Mapping[str, int]) -> list[list[str]]:
+    """The documents of ``sizes`` (doc -> texts it asks the model for, in step order) grouped into
+    model calls: a document with ``GROUP_TEXTS`` texts or more alone, the others in order until a
+    group reaches ``GROUP_TEXTS``. Every document is in exactly one call."""
+    planned: list[list[str]] = []
+    group: list[str] = []
+    texts = 0
+    for doc, count in sizes.items():
+        if count >= GROUP_TEXTS:
+            planned.append([doc])  # enough to keep the workers busy alone: its seconds are its own
+            continue
+        group.append(doc)
+        texts += count
+        if texts >= GROUP_TEXTS:
+            planned.append(group)
+            group, texts = [], 0
+    if group:
+        planned.append(group)
+    return planned
+
+
 def embed_in_groups(
     needs: Mapping[str, Mapping[str, Row]],
     known: set[str],
@@ -78,20 +99,12 @@ def embed_in_groups(
         vectors.update(zip(rows, fresh))
         seconds.update(share_out(elapsed, {d: sum(len(text_of(r)) for r in own[d].values()) for d in docs}))
 
-    group: list[str] = []
     own: dict[str, dict[str, Row]] = {}  # doc -> the texts it is the first to need
     for doc, rows in needs.items():
         own[doc] = {key: row for key, row in rows.items() if key not in claimed}
         claimed.update(own[doc])
-        if len(own[doc]) >= GROUP_TEXTS:
-            run([doc], own)  # large enough to keep the workers busy alone: its seconds are its own
-            continue
-        group.append(doc)
-        if sum(len(own[d]) for d in group) >= GROUP_TEXTS:
-            run(group, own)
-            group = []
-    if group:
-        run(group, own)
+    for docs in plan_calls({doc: len(rows) for doc, rows in own.items()}):
+        run(docs, own)
     # A text claimed by a document that was then refused: embedded for the next one that needs it.
     for doc, rows in needs.items():
         if doc in refused:

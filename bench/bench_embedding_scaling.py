@@ -14,9 +14,9 @@ with chunkyard's default embedder (``SentenceTransformerEmbedder``: all-MiniLM-L
 length-sorted batches of at most 2048 padded tokens, the pipeline's own code path).
 
 How the texts reach the model: ``--calls step`` (the default) as the pipeline's
-embeddings steps do, one ``embed`` call per strategy per range run of at most 25 documents
-(``--per-run``: each step embeds its strategy's missing texts of the run's documents at
-once); ``--calls set`` one call per document and strategy (a run of one document);
+embeddings steps do, per strategy per range run of at most 25 documents (``--per-run``),
+the calls ``assets.embed_groups.plan_calls`` plans for the run's documents (small ones
+together up to 256 texts, large ones alone: each call runs under one time budget); ``--calls set`` one call per document and strategy (a run of one document);
 ``--calls one`` every text of the process in one call (the model's best case: full batches).
 A text is embedded once per process, as the store's embedding cache serves a run the vectors
 it already wrote (many short documents give several strategies the same chunk); the two
@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # bench_scale, a script beside this one
 
 # The same distinct copies as the pipeline bench, split between runs the same way (contiguous halves).
+from assets.embed_groups import plan_calls  # noqa: E402  (the embeddings step's model calls)
 from bench_scale import PER_RUN, make_corpus, range_batches, split_ranges  # noqa: E402
 from chunking.embedding import SentenceTransformerEmbedder  # noqa: E402  (numpy only until a model loads)
 
@@ -96,17 +97,20 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
     return documents
 
 
+
 def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list[list[str]]:
     """The ``embed`` calls one process makes for ``documents``, in order (see ``--calls``); no empty call."""
     if how == "one":
         groups = [[text for document in documents for texts in document.values() for text in texts]]
     elif how == "set":
         groups = [texts for document in documents for texts in document.values()]
-    else:  # "step": per range run of at most per_run documents, one call per strategy
+    else:  # "step": per range run of at most per_run documents and per strategy, the step's calls
         groups = []
         for batch in range_batches(documents, per_run):
             for name in dict.fromkeys(name for document in batch for name in document):
-                groups.append([text for document in batch for text in document.get(name, [])])
+                texts = {i: document.get(name, []) for i, document in enumerate(batch)}
+                for docs in plan_calls({i: len(t) for i, t in texts.items()}):  # as the embeddings step groups
+                    groups.append([text for i in docs for text in texts[i]])
     return [group for group in groups if group]
 
 

@@ -78,3 +78,11 @@ def test_every_document_not_refused_has_a_vector_for_each_of_its_texts(count):
     assert refused == {} and set(seconds) == set(needs)
     assert all(key in vectors for rows in needs.values() for key in rows)
     assert all(vectors[k][0] == len(k) for k in vectors)  # each key's own vector
+
+
+def test_plan_calls_puts_every_document_in_one_call_large_ones_alone():
+    from assets.embed_groups import plan_calls
+
+    sizes = {"a": 10, "big": GROUP_TEXTS, "b": GROUP_TEXTS - 10, "c": 1, "d": 0}
+    assert plan_calls(sizes) == [["big"], ["a", "b"], ["c", "d"]]
+    assert plan_calls({}) == []
