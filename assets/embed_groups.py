@@ -17,8 +17,10 @@ Invariants a caller relies on (:func:`embed_in_groups`):
   is only ever one document's (the wasted work is at most one budget).
 * A refused document gets no vectors from this step; a later document that needed the
   same text is not held back by it (the text is embedded again in that document's call).
-* Model seconds: a document alone gets its call's measured seconds; a group's seconds are
-  shared among its documents by the characters each asked to embed.
+* Model seconds (for every document, refused ones included): a document alone gets its
+  call's measured seconds; a group's are shared among its documents by the characters each
+  asked to embed; a group's call over the budget is charged to the documents then refused
+  alone, never to the others.
 """
 
 from __future__ import annotations
@@ -73,12 +75,18 @@ def embed_in_groups(
     ``known`` are keys that already have vectors (the cache); ``embed(rows)`` runs the
     model; ``budget(label)`` is the time budget a call runs under (``label``: a doc_id, or
     the documents of a group); ``text_of(row)`` is what a row asks the model to read.
-    Returns ``(vectors by key, model seconds by doc_id, refusal message by doc_id)``.
+    Returns ``(vectors by key, model seconds by doc_id (refused ones too), refusal message by doc_id)``.
     """
     vectors: dict[str, np.ndarray] = {}
     seconds: dict[str, float] = {}
     refused: dict[str, str] = {}
     claimed = set(known)
+
+    def charge(elapsed: float, docs: Sequence[str], own: dict[str, dict[str, Row]]) -> None:
+        """Add ``elapsed`` model seconds to ``docs``, shared by the characters each asked for."""
+        weights = {d: sum(len(text_of(r)) for r in own[d].values()) for d in docs}
+        for doc, share in share_out(elapsed, weights).items():
+            seconds[doc] = seconds.get(doc, 0.0) + share
 
     def run(docs: Sequence[str], own: dict[str, dict[str, Row]]) -> None:
         """One call for ``docs``; a group over its budget falls back to one call per document."""
@@ -89,15 +97,19 @@ def embed_in_groups(
             with budget(label):
                 fresh = embed(list(rows.values())) if rows else np.zeros((0, 0), dtype=np.float32)
         except LimitExceeded as exc:
+            elapsed = time.perf_counter() - started
             if len(docs) == 1:
                 refused[docs[0]] = str(exc)
+                charge(elapsed, docs, own)  # its own time until the refusal: nobody else's
                 return
             for doc in docs:
                 run([doc], own)
+            # The group's call was spent on the documents that are over the budget alone too
+            # (on all of the group's when none is: the machine was slow for that call).
+            charge(elapsed, [d for d in docs if d in refused] or docs, own)
             return
-        elapsed = time.perf_counter() - started
         vectors.update(zip(rows, fresh))
-        seconds.update(share_out(elapsed, {d: sum(len(text_of(r)) for r in own[d].values()) for d in docs}))
+        charge(time.perf_counter() - started, docs, own)
 
     own: dict[str, dict[str, Row]] = {}  # doc -> the texts it is the first to need
     for doc, rows in needs.items():
@@ -111,9 +123,6 @@ def embed_in_groups(
             continue
         lacking = {key: row for key, row in rows.items() if key not in vectors and key not in known}
         if lacking:
-            extra_started = seconds.get(doc, 0.0)
             own[doc] = lacking
             run([doc], own)
-            if doc in seconds:
-                seconds[doc] += extra_started
     return vectors, seconds, refused

@@ -270,7 +270,7 @@ def build_strategy_assets(
         for doc_id, rows in list(rows_by_doc.items()):
             if doc_id in refused:  # this document alone: nothing of it is written
                 context.log.error(refused[doc_id])
-                metadata[doc_id] = {"error": refused[doc_id]}
+                metadata[doc_id] = {"error": refused[doc_id], "model_seconds": round(model_seconds_of[doc_id], 3)}
                 outcomes[doc_id] = [CheckOutcome("embeddings_complete", False, description=refused[doc_id])]
                 del rows_by_doc[doc_id]
                 continue
@@ -313,7 +313,8 @@ def build_strategy_assets(
         # group's call; what the step did for all documents at once (loading their chunks, the
         # cache lookup, loading the model) is shared equally.
         model_share = {d: model_seconds_of.get(d, 0.0) for d in rows_by_doc}
-        unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - sum(model_share.values())
+        # A refused document's model seconds are its own, not overhead of the others.
+        unattributed = time.perf_counter() - step_started - sum(per_doc.seconds.values()) - sum(model_seconds_of.values())
         overhead = share_out(max(unattributed, 0.0), dict.fromkeys(rows_by_doc, 1.0))
         costs = [
             StageCost(d, "embed", strategy_name, per_doc.get(d) + model_share[d] + overhead[d], store_watch.get(d),

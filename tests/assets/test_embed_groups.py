@@ -86,3 +86,27 @@ def test_plan_calls_puts_every_document_in_one_call_large_ones_alone():
     sizes = {"a": 10, "big": GROUP_TEXTS, "b": GROUP_TEXTS - 10, "c": 1, "d": 0}
     assert plan_calls(sizes) == [["big"], ["a", "b"], ["c", "d"]]
     assert plan_calls({}) == []
+
+
+def test_time_spent_on_a_refused_document_is_charged_to_it_not_to_the_others(monkeypatch):
+    import assets.embed_groups as embed_groups
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(embed_groups, "time", clock)
+
+    class SlowModel(Model):
+        def __call__(self, rows):
+            clock.now += 100.0 if any("SLOW" in r for r in rows) else 1.0
+            return super().__call__(rows)
+
+    needs = needs_of(a_txt=["one"], slow_txt=["SLOW"], b_txt=["two"])
+    _, _, _, seconds, refused = run(needs, model=SlowModel())
+    assert set(refused) == {"slow.txt"}
+    # The group's call (100 s, refused) and its own retry (100 s) are slow.txt's; a and b took 1 s each.
+    assert seconds == {"slow.txt": 200.0, "a.txt": 1.0, "b.txt": 1.0}
