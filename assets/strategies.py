@@ -40,7 +40,7 @@ from assets.documents import parsed_documents
 from assets.embed_groups import embed_in_groups
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.embedding import RecordingEmbedder
-from chunking.limits import check_chunk_count, time_budget
+from chunking.limits import check_chunk_count, check_time_budget, time_budget
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
@@ -180,6 +180,9 @@ def build_strategy_assets(
             try:
                 with time_budget(source, "chunk_timeout_s", f"{strategy_name} chunking time", limits.chunk_timeout_s):
                     chunks = spec.chunk(doc, config, tok, doc_embedder)
+                    # Strategies without a model check nowhere inside (they run in multiples of one
+                    # encode): held to the limit when they return, before anything is stored.
+                    check_time_budget()
                 check_chunk_count(len(chunks), limits.max_chunks, source)
             except Exception as exc:  # one document's failure must not stop the batch
                 log.exception("strategy %s failed on %s", strategy_name, doc_id)
@@ -268,10 +271,13 @@ def build_strategy_assets(
         to_write: dict[str, tuple] = {}  # doc_id -> (rows, the vectors embedded for it)
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         for doc_id, rows in list(rows_by_doc.items()):
-            if doc_id in refused:  # this document alone: nothing of it is written
+            if doc_id in refused:  # this document alone
                 context.log.error(refused[doc_id])
                 metadata[doc_id] = {"error": refused[doc_id], "model_seconds": round(model_seconds_of[doc_id], 3)}
                 outcomes[doc_id] = [CheckOutcome("embeddings_complete", False, description=refused[doc_id])]
+                # Its earlier vectors are removed, not kept: they belong to its earlier chunks (the
+                # chunk step has replaced them), and search pairs vectors with chunks by position.
+                to_write[doc_id] = ([], {})
                 del rows_by_doc[doc_id]
                 continue
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}

@@ -64,7 +64,8 @@ class DocumentLimits(BaseModel):
         1024, ge=64, description="Address space of the parsing worker process (RLIMIT_AS), in MiB.")
     chunk_timeout_s: int = Field(
         300, ge=1, description="Wall-clock seconds one strategy may spend chunking one document (the semantic "
-                               "strategy's sentence embeddings included); checked between model batches.")
+                               "strategy's sentence embeddings included); checked between model batches and "
+                               "when the strategy returns.")
     embed_timeout_s: int = Field(
         300, ge=1, description="Wall-clock seconds the embeddings step may spend on one document's chunks of "
                                "one strategy; checked between model batches.")
@@ -125,8 +126,11 @@ class TimeBudget:
     Work that runs in the step's own process (chunking, embedding: the model is
     loaded there once and shared) cannot be killed from outside the way a parse
     worker is, so the long loops check the budget between units of work (model
-    batches, blocks of distances) and stop with :class:`LimitExceeded`. The
-    overrun is bounded by one such unit, a fraction of a second.
+    batches, slices of 8 batches on sentence-transformers' own path, blocks of
+    distances) and stop with :class:`LimitExceeded`; the chunk step checks it
+    again when a strategy returns. The overrun is one such unit plus the work
+    done before the first check (tokenizing the texts, a pure-Python strategy's
+    whole run): seconds, not a bound of its own.
     """
 
     source: str

@@ -302,16 +302,22 @@ def test_a_document_whose_rows_fail_is_left_out_and_keeps_its_old_rows(store):
 
 def test_a_row_the_binding_cannot_convert_fails_its_document_alone(store):
     # A lone surrogate cannot be cast to a DuckDB VARCHAR: the Python binding raises a plain
-    # RuntimeError, not a duckdb.Error. It is still that document's rows, not the store's fault.
+    # RuntimeError ("Unable to cast Python instance"), not a duckdb.Error. It is still that
+    # document's rows, not the store's fault.
     docs = ("a.txt", "b.txt", "c.txt")
     for doc_id in docs:
         store.record_read(doc_id, ROOT, doc_id, "sha-old", 3)
         store.replace_chunks(doc_id, "recursive", [chunk(f"old {doc_id}")], config_hash="cfg", doc_sha256="sha-old")
-    bad = Chunk(text="b\ud800", token_count=2, char_start=0, char_end=2)
-    failures = store.write_documents(
-        {doc_id: ([bad] if doc_id == "b.txt" else [chunk(f"new {doc_id}")], "sha-new") for doc_id in docs},
-        lambda items: store.replacing_chunks("recursive", items, config_hash="cfg"))
-    assert set(failures) == {"b.txt"} and not isinstance(failures["b.txt"], duckdb.Error)
+    def write_of(subset):
+        def write(con):
+            if "b.txt" in subset:  # b.txt's rows carry a value the binding cannot convert
+                con.execute("SELECT ?::VARCHAR", ["b\ud800"])
+            store.replacing_chunks("recursive", {d: ([chunk(f"new {d}")], "sha-new") for d in subset},
+                                   config_hash="cfg")(con)
+        return write
+
+    failures = store.write_documents(dict.fromkeys(docs), write_of)
+    assert set(failures) == {"b.txt"} and type(failures["b.txt"]) is RuntimeError
     assert [c.text for c in store.load_chunks("a.txt", "recursive")] == ["new a.txt"]
     assert [c.text for c in store.load_chunks("c.txt", "recursive")] == ["new c.txt"]
     assert [c.text for c in store.load_chunks("b.txt", "recursive")] == ["old b.txt"]
