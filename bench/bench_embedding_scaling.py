@@ -73,6 +73,7 @@ CONFIGURATIONS = (
     ("2 processes, 1 thread each", 2, 1),
 )
 
+
 def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[str]]]:
     """The chunk texts of ``multiple`` distinct copies of ``corpus`` (bench_scale's copies): per
     document (in document id order, as bench_scale registers them), strategy name -> its chunk
@@ -95,6 +96,7 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
             document, instance.config, tokenizer, None)] for instance in instances})
     return documents
 
+
 def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list[list[str]]:
     """The ``embed`` calls one process makes for ``documents``, in order (see ``--calls``); no empty call."""
     if how == "one":
@@ -109,6 +111,7 @@ def calls(documents: list[dict[str, list[str]]], how: str, per_run: int) -> list
                 for docs in plan_calls({i: len(t) for i, t in texts.items()}):  # as the embeddings step groups
                     groups.append([text for i in docs for text in texts[i]])
     return [group for group in groups if group]
+
 
 def child(calls_file: Path, threads: int, precision: str) -> None:
     """Load the model, warm up, say ready, wait for "go" on stdin, embed, print the timing as JSON.
@@ -132,6 +135,7 @@ def child(calls_file: Path, threads: int, precision: str) -> None:
     print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
                       "texts": texts, "rows": rows, "started": started}), flush=True)
 
+
 @dataclass
 class Sample:
     embed_wall: float  # from "go" to the last child's answer
@@ -140,6 +144,7 @@ class Sample:
     child_rates: list[float]  # texts/s of each child's own embed
     embedded: int  # distinct texts the children embedded, summed
     start_spread: float  # seconds between "go" and the last child's timed start (clock of the machine)
+
 
 @dataclass
 class Row:
@@ -150,6 +155,7 @@ class Row:
 
     def median(self, name: str) -> float:
         return statistics.median(getattr(s, name) for s in self.samples)
+
 
 def run_configuration(slices: list[Path], threads: int, precision: str = "auto") -> Sample:
     """Start one child per calls file, wait until all have loaded the model, send them "go" at
@@ -183,6 +189,7 @@ def run_configuration(slices: list[Path], threads: int, precision: str = "auto")
                   [r["texts"] / r["wall"] for r in results], sum(r["texts"] for r in results),
                   max(r["started"] for r in results) - go_clock)
 
+
 def _answer(process: subprocess.Popen, wanted, doing: str) -> str:
     """The first line of ``process``'s output that is ``wanted`` (other output, such as a library's
     notice, is passed over); SystemExit naming what the child was doing if it ends first."""
@@ -190,6 +197,7 @@ def _answer(process: subprocess.Popen, wanted, doing: str) -> str:
         if wanted(line.strip()):
             return line.strip()
     raise SystemExit(f"an embedding child ended while {doing} (exit {process.wait()})")
+
 
 def table(rows: list[Row], texts: int) -> str:
     best = min(rows[0].median("embed_wall"), rows[1].median("embed_wall"))
@@ -211,6 +219,7 @@ def table(rows: list[Row], texts: int) -> str:
             f"{row.median('process_wall') / best_process:.2f} | {rate / one_thread_rate:.2f} |"
         )
     return "\n".join(lines)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -257,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, texts))
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
