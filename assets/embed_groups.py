@@ -5,14 +5,15 @@ batches of a call run while a worker waits) and sorts fewer texts by length: on
 ../shared/corpus (36 documents, 1,285 recursive chunk texts of 400 tokens) embedding
 document by document took 1.02-1.17x the time of one call for all (4 interleaved rounds,
 median 1.10), grouped as here 0.99x and 1.08x (2 rounds; the host's noise is of that
-order). So small documents share a call, up to ``GROUP_TEXTS`` texts, and a document with
-that many texts of its own gets a call to itself (script: /tmp/s19/perdoc.py, session 19).
+order; a throwaway script, session 19: ``bench/bench_embedding_scaling.py --calls set`` against
+``--calls step`` measures the same question). So small documents share a call, up to
+``GROUP_TEXTS`` texts, and a document with that many texts of its own gets a call to itself.
 
 Invariants a caller relies on (:func:`embed_in_groups`):
 
 * Each text (by key) is embedded at most once, in the call of the first document that
   needs it; every document that is not refused ends with a vector for each of its texts.
-* A call runs under a time budget of ``seconds``. A group's call over it is not a refusal:
+* A call runs under its time budget (``budget``). A group's call over it is not a refusal:
   each of its documents is embedded again alone, under a budget of its own, so a refusal
   is only ever one document's (the wasted work is at most one budget).
 * A refused document gets no vectors from this step; a later document that needed the

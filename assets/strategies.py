@@ -45,7 +45,7 @@ from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
-from resources.store import ChunkStore, StoredChunk, StoreResource, Write
+from resources.store import ChunkStore, StoreResource, Write
 from resources.tokenizer import TokenizerResource
 from search.context import EmbedContext, embed_rows, with_context
 

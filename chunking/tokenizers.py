@@ -75,7 +75,20 @@ def span_counter(tokenizer: Tokenizer, text: str) -> SpanCount:
     counter = factory(text) if factory is not None else None
     if counter is not None:
         return counter
-    return lambda start, end: count_tokens(tokenizer, text[start:end])
+    return _SlicedSpanCounter(tokenizer, text)
+
+
+class _SlicedSpanCounter:
+    """Each span sliced and counted: for a text without an index (``count_spans`` batches it)."""
+
+    def __init__(self, tokenizer: Tokenizer, text: str) -> None:
+        self.tokenizer, self.text = tokenizer, text
+
+    def __call__(self, start: int, end: int) -> int:
+        return count_tokens(self.tokenizer, self.text[start:end])
+
+    def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
+        return count_many(self.tokenizer, [self.text[s:e] for s, e in zip(starts, ends)])
 
 
 class CharTokenizer:

@@ -90,7 +90,7 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
-from chunking.tokenizers import Tokenizer, count_many, count_spans, count_tokens
+from chunking.tokenizers import Tokenizer, count_spans, count_tokens, span_counter
 
 logger = logging.getLogger(__name__)
 
@@ -322,13 +322,7 @@ class UnitSizes:
         # Every piece is a span of the text: counted from one encoding of it (exact), not
         # one string and one encode each (a batch encode of 200k sentences ran a thread-pool
         # task per sentence: seconds, and a list of ids per sentence).
-        ends = [e for _, e in units]
-        factory = getattr(tokenizer, "span_counter", None)
-        counter = factory(text) if factory is not None else None
-        if counter is not None:
-            tokens = count_spans(counter, starts, ends)
-        else:  # no index for this text (other scripts, short text): counted as pieces, batched where it pays
-            tokens = count_many(tokenizer, [text[a:e] for a, e in zip(starts, ends)])
+        tokens = count_spans(span_counter(tokenizer, text), starts, [e for _, e in units])
         whitespace: dict[str, int] = {}  # few distinct runs: " ", "\n\n", ...
         lead = []
         for a, (s, _) in zip(starts, units):
