@@ -66,6 +66,10 @@ _INFLATE_STEP = 1024 * 1024
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 
 
+# libxml2's nesting bound when huge_tree is off (xmlParserMaxDepth).
+_XML_MAX_DEPTH = 256
+
+
 def _xml_parser() -> etree.XMLParser:
     return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
                            huge_tree=False, remove_comments=True, remove_pis=True)
@@ -161,6 +165,11 @@ def _xml(container: zipfile.ZipFile, name: str, source: str, limit: int) -> Any:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
         raise DocumentError(source, f"corrupt DOCX: cannot inflate {name} ({exc})") from None
     except etree.XMLSyntaxError as exc:
+        if "XML_PARSE_HUGE" in str(exc):
+            # Not corrupt: over libxml2's default bounds, which stay on for untrusted input.
+            raise DocumentError(source, f"refused: {name} is over the XML parser's safety limits (libxml2 without "
+                                        f"huge_tree: {_XML_MAX_DEPTH} levels of nesting, 10 MB in one text node; "
+                                        f"not a chunkyard setting): {exc}") from None
         raise DocumentError(source, f"corrupt DOCX: {name} is not well-formed XML ({exc})") from None
 
 

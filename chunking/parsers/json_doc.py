@@ -9,6 +9,7 @@ Invalid JSON raises :class:`DocumentError` with the decoder's line and column.
 from __future__ import annotations
 
 import json
+import sys
 
 from chunking.model import Page, ParsedDocument
 from chunking.parsers.build import Outline, finish_blocks, make_block
@@ -20,11 +21,15 @@ from chunking.parsers.text import normalise_text
 def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocument:
     raw, encoding = decode_text(data, source)
     try:
-        json.loads(raw)
+        # Numbers are validated by the grammar, not converted: JSON allows any number of
+        # digits, and converting one of more than 4300 would hit Python's int limit.
+        json.loads(raw, parse_int=_unconverted, parse_float=_unconverted)
     except json.JSONDecodeError as exc:
         raise DocumentError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
-        raise DocumentError(source, "invalid JSON: nested too deeply to parse") from None
+        # Valid JSON perhaps, but Python's decoder recurses once per level of nesting.
+        raise DocumentError(source, f"JSON nested too deeply to validate: over about {sys.getrecursionlimit()} "
+                                    f"levels (Python's recursion limit, not a chunkyard setting)") from None
     text = normalise_text(raw)
     outline = Outline()
     outline.para(text)
@@ -34,3 +39,7 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
     return ParsedDocument(doc_id=doc_id, source_name=source, format="json", text=text,
                           pages=[Page(page_num=0, char_offset=0, text=text)], blocks=blocks,
                           encoding=encoding, sha256=sha256)
+
+
+def _unconverted(number: str) -> None:
+    return None

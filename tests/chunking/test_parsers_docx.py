@@ -198,6 +198,16 @@ def test_malformed_xml_part():
         parse_bytes(docx_bytes(document_xml="<w:document><unclosed>"), "x.docx", "x")
 
 
+def test_xml_nested_past_the_parsers_safety_limit_is_refused_naming_it():
+    deep = "<w:sdt><w:sdtContent>" * 200 + para("deep") + "</w:sdtContent></w:sdt>" * 200
+    document = f'<?xml version="1.0"?><w:document {W}><w:body>{deep}</w:body></w:document>'
+    with pytest.raises(DocumentError) as refused:
+        parse_bytes(docx_bytes(document_xml=document), "deep.docx", "d")
+    message = str(refused.value)
+    assert "word/document.xml is over the XML parser's safety limits" in message
+    assert "256 levels of nesting" in message and "corrupt" not in message
+
+
 def test_zip_bomb_part_is_refused():
     padding = " " * (3 * 1024 * 1024)  # 3 MB of spaces deflates about 1000:1
     document = f'<?xml version="1.0"?><w:document {W}><w:body>{para("x")}{padding}</w:body></w:document>'
