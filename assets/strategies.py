@@ -23,6 +23,7 @@ from dagster import (
 from pydantic import BaseModel
 
 from assets.checks import (
+    ERROR,
     CheckDef,
     CheckOutcome,
     check_coverage,
@@ -72,6 +73,16 @@ def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None, atomic: tupl
         check_markup("markup_intact", [c.text for c in chunks],
                      [bool(c.metadata.get("table_fragment")) for c in chunks], atomic),
     ]
+
+
+def chunking_failed(error: str) -> CheckOutcome:
+    """The check a document whose chunks could not be made or stored fails, with the cause.
+
+    ``coverage``, because it is what is true: none of the document's current text is in a
+    chunk of this strategy (search reads only chunks of the current parse). The other checks
+    are not evaluated: there are no new chunks to evaluate them on.
+    """
+    return CheckOutcome("coverage", False, ERROR, error, {"error": error})
 
 
 def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
@@ -125,6 +136,12 @@ def build_strategy_assets(
     embed_context = EmbedContext.of(embed_context)
     chunks_key = AssetKey(f"chunks_{strategy_name}")
     embeddings_key = AssetKey(f"embeddings_{strategy_name}")
+
+    def nothing_to_embed(document: dict | None, doc_id: str) -> str:
+        """Why a document has no chunks to embed; the cause is reported where it happened."""
+        if (document or {}).get("status") != "parsed":
+            return (document or {}).get("error") or "not parsed"
+        return f"no {strategy_name} chunks of its current text (see {chunks_key.to_user_string()}[{doc_id}])"
     cfg_hash = config_hash(config)
     cap = token_cap(config)
 
@@ -189,6 +206,7 @@ def build_strategy_assets(
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
+                outcomes[doc_id] = [chunking_failed(errors[doc_id])]
                 continue
             # The vectors this strategy already computed for whole chunk texts go to the cache,
             # so the embeddings step counts them as hits; the run report adds them up.
@@ -208,6 +226,7 @@ def build_strategy_assets(
                                   f"(nothing of them was): {type(exc).__name__}: {exc}")
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
+                outcomes[doc_id] = [chunking_failed(errors[doc_id])]
                 continue
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             cost = StageCost(doc_id, "chunk", strategy_name, compute_seconds + store_share[doc_id], store_share[doc_id])
@@ -217,6 +236,8 @@ def build_strategy_assets(
         record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
+            if doc_id in outcomes:  # not an unparsed document: its parse check already says why
+                record_failed_partition(context, chunks_key, outcomes[doc_id][0])
             raise Failure(description=error, metadata={"document": doc_id, "error": error})
         yield from emit_partition_results(
             context, chunks_key, CHUNK_CHECKS, outcomes, metadata, shared_metadata={"config_hash": cfg_hash}
@@ -244,8 +265,14 @@ def build_strategy_assets(
         # A document that failed to parse has nothing to embed and nothing to check.
         # Read once for the step (in lake mode every query costs catalog round trips).
         document_rows = chunk_store.documents_of(context.partition_keys)
-        rows_by_doc = chunk_store.load_chunks_of(
-            [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"], strategy_name)
+        # Only chunks of the current parse: a document whose latest chunking failed keeps its
+        # earlier chunks in the store, and vectors of those would pass its check untruthfully.
+        rows_by_doc = {
+            d: rows for d, rows in chunk_store.load_chunks_of(
+                [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"],
+                strategy_name, current_only=True).items()
+            if rows
+        }
         embedder = embedding.get_embedder()
         if embed_context:  # the embedded text (and so its cache key) gains the headings and/or neighbours
             rows_by_doc = {d: with_context(chunk_store, d, strategy_name, rows, embed_context, embedder)
@@ -255,7 +282,7 @@ def build_strategy_assets(
         limits = documents.document_limits()
         outcomes: dict[str, list[CheckOutcome]] = {}
         metadata: dict[str, dict] = {
-            doc_id: {"error": f"{doc_id}: nothing to embed: {(document_rows.get(doc_id) or {}).get('error') or 'not parsed'}"}
+            doc_id: {"error": f"{doc_id}: nothing to embed: {nothing_to_embed(document_rows.get(doc_id), doc_id)}"}
             for doc_id in context.partition_keys if doc_id not in rows_by_doc
         }
         # Small documents share a model call (throughput), large ones get their own; every call

@@ -889,13 +889,20 @@ class ChunkStore:
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
         return self.load_chunks_of([doc_id], strategy).get(doc_id, [])
 
-    def load_chunks_of(self, doc_ids: Sequence[str], strategy: str) -> dict[str, list[StoredChunk]]:
-        """doc_id -> its chunks of ``strategy`` in order (empty when none), for every one of ``doc_ids``; one query."""
+    def load_chunks_of(
+        self, doc_ids: Sequence[str], strategy: str, *, current_only: bool = False
+    ) -> dict[str, list[StoredChunk]]:
+        """doc_id -> its chunks of ``strategy`` in order (empty when none), for every one of ``doc_ids``; one query.
+
+        ``current_only``: only chunks of the document's current parse (``current_chunks``), so
+        a document whose latest chunking failed has none, not those of its earlier text.
+        """
         out: dict[str, list[StoredChunk]] = {doc_id: [] for doc_id in doc_ids}
+        relation = "current_chunks" if current_only else "chunks"
         with self.connect(read_only=True) as con:
             for doc_id, *row in con.execute(
-                """SELECT doc_id, chunk_index, text, text_sha256, token_count, char_start, char_end
-                   FROM chunks WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ?
+                f"""SELECT doc_id, chunk_index, text, text_sha256, token_count, char_start, char_end
+                   FROM {relation} WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ?
                    ORDER BY doc_id, chunk_index""",
                 [list(doc_ids), strategy],
             ).fetchall():

@@ -110,6 +110,9 @@ def test_a_document_over_its_embedding_budget_fails_alone(settings, instance, do
 def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, docs_dir, clock, monkeypatch):
     import chunking.strategies.recursive as recursive
 
+    # First stored in full, then edited into text a strategy takes too long to chunk.
+    (docs_dir / "slow.txt").write_text("Quick text that is chunked in time.", encoding="utf-8")
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
     (docs_dir / "slow.txt").write_text("SLOW text that a strategy takes too long to chunk.", encoding="utf-8")
     real_split = recursive.split_recursive
 
@@ -123,5 +126,44 @@ def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, doc
     assert result.success
     error = partition_metadata(result, "chunks_recursive")["slow.txt"]["error"]
     assert "slow.txt: recursive chunking time is over the limit of 300 s (raise limits.chunk_timeout_s" in error
+    # Its partition's check says so (not only its metadata); the others' checks are their own.
+    coverage = check_results(result, "chunks_recursive", "coverage")
+    assert coverage["slow.txt"] == (False, error)
+    assert coverage["alpha.md"][0] is True and coverage["sub/beta.txt"][0] is True
+    assert "slow.txt" not in check_results(result, "chunks_recursive", "token_cap")  # nothing new to check
+    # Nothing of the earlier version is lost, and nothing of it passes for the current text:
+    # search and the embeddings step read only chunks of the current parse.
+    assert stored(settings, "chunks") == set(DOCS)
+    assert stored(settings, "current_chunks") == {"alpha.md", "sub/beta.txt"}
+    embedded = partition_metadata(result, "embeddings_recursive")["slow.txt"]
+    assert embedded["error"] == ("slow.txt: nothing to embed: no recursive chunks of its current text "
+                                 "(see chunks_recursive[slow.txt])")
+    assert "slow.txt" not in check_results(result, "embeddings_recursive", "embeddings_complete")
+    assert check_results(result, "embeddings_recursive", "embeddings_complete")["alpha.md"][0] is True
+
+    # Alone, the document fails its own run, with the same message on its check.
+    job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
+    alone = job.execute_in_process(instance=instance, partition_key="slow.txt", raise_on_error=False)
+    assert not alone.success
+    assert latest_check_description(instance, "chunks_recursive", "coverage", "slow.txt") == error
+
+
+def test_a_document_never_chunked_has_nothing_to_embed_and_no_check_passed(settings, instance, docs_dir, clock,
+                                                                           monkeypatch):
+    import chunking.strategies.recursive as recursive
+
+    (docs_dir / "slow.txt").write_text("SLOW text that a strategy takes too long to chunk.", encoding="utf-8")
+    real_split = recursive.split_recursive
+
+    def split_recursive(text, *args, **kwargs):
+        if "SLOW" in text:
+            clock.jump()
+        return real_split(text, *args, **kwargs)
+
+    monkeypatch.setattr(recursive, "split_recursive", split_recursive)
+    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    assert result.success
     assert stored(settings, "chunks") == {"alpha.md", "sub/beta.txt"}
     assert stored(settings, "embeddings") == {"alpha.md", "sub/beta.txt"}
+    assert "nothing to embed" in partition_metadata(result, "embeddings_recursive")["slow.txt"]["error"]
+    assert "slow.txt" not in check_results(result, "embeddings_recursive", "embeddings_complete")
