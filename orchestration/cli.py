@@ -32,7 +32,8 @@ from typing import Callable, Iterable
 from urllib.parse import quote
 
 from orchestration.run_report import (
-    EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code, run_events,
+    EXIT_INTERRUPTED, EXIT_NOT_STARTED, EXIT_RUN_FAILED, FAILED, PASSED, WARN, DocumentFailure, RunTally, exit_code,
+    run_events,
 )
 from orchestration.status import MAX_CELL  # light: dataclasses and run_report only
 
@@ -48,6 +49,11 @@ UI_BASE = "http://127.0.0.1:3000"  # where `make ui` serves (the Makefile's PORT
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a run: no other run is started (exit code 130, the message says
+    what is left). Dagster reports the signal as a failed run, not as an exception."""
 
 
 def ensure_dagster_home() -> Path:
@@ -221,6 +227,13 @@ def ingest(args: argparse.Namespace) -> int:
             result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id},
                                  run_config=QUIET, raise_on_error=False)
         tally.add_run(result, run_events(instance, result.run_id))
+        if tally.interrupted:
+            left = sum(len(b) for b in batches[index - 1:])
+            raise RunInterrupted(
+                f"run {result.run_id[:8]} was stopped by SIGINT or SIGTERM; no other run was started. Steps that "
+                f"had finished are stored; the step that was stopped stored nothing (a step writes its documents "
+                f"in one transaction). The next `chunkyard run` processes what is left ({left} of "
+                f"{len(selected)} documents were in this run or after it).")
         return result
 
     for index, batch in enumerate(batches, start=1):
@@ -248,7 +261,7 @@ def ingest(args: argparse.Namespace) -> int:
     print_costs(store, ingest_id)
     print(f"in the UI (make ui), the lineage with every group open: "
           f"{lineage_url(UI_BASE, asset_group_names(definitions.defs))}")
-    return exit_code(tally, len(failed_here))
+    return exit_code(tally, len({f.document for f in failed_here}))
 
 
 STATS_ASSET = "strategy_stats"
@@ -292,14 +305,13 @@ def batch_failed(success: bool, batch: list[str], failed_documents: set[str]) ->
 
 
 def documents_failed_in_run(store, processed: set[str], tally: RunTally) -> list[DocumentFailure]:
-    """Every document of this run that failed: from its checks and step failures, or stored as an error."""
-    failures = dict(tally.failures)
-    for doc_id in sorted(processed - set(failures)):
+    """Every failure of a document of this run, documents in order of name: from their checks and
+    step failures, or stored as an error."""
+    for doc_id in sorted(processed - set(tally.failures)):
         row = store.document(doc_id) or {}
         if row.get("status") == "error":
             tally.note_failure(doc_id, "parse", row.get("error") or "")
-            failures[doc_id] = tally.failures[doc_id]
-    return [failures[d] for d in sorted(failures)]
+    return [f for doc_id in sorted(tally.failures) for f in tally.failures[doc_id]]
 
 
 def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], elapsed: float) -> None:
@@ -321,7 +333,8 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
             c = counts[name]
             print(f"  {name:<{width}} {c[PASSED]:>5} passed {c[WARN]:>5} warn {c[FAILED]:>5} failed")
     if failed_here:
-        print(f"documents that failed in this run ({len(failed_here)}):")
+        print(f"documents that failed in this run ({len({f.document for f in failed_here})}; "
+              f"one line per failed stage):")
         for failure in failed_here:
             print(f"  {failure.line()}")
     earlier = [doc_id for doc_id, _ in summary["errors"] if doc_id not in {f.document for f in failed_here}]
@@ -460,7 +473,9 @@ is a no-op and exits 0); 1 = at least one document failed in this run (read,
 parse or an ERROR check; one line each above the summary); 2 = a run failed for
 another reason (a bug, a blocking check stopping a batch) or the command failed;
 3 = nothing was started: another chunkyard run holds this Dagster instance, or the
-database belongs to another documents folder (the message says which)."""
+database belongs to another documents folder (the message says which); 130 = stopped
+by SIGINT (Ctrl-C) or SIGTERM: no further run is started, and what a stopped step had
+not finished is not stored."""
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -566,9 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `chunkyard sql ... | head`
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print(f"chunkyard {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"chunkyard {args.command}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # an internal error: one line and exit 2, never a silent 0
         print(f"chunkyard {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if os.environ.get("CHUNKYARD_DEBUG"):

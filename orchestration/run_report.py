@@ -10,7 +10,8 @@ Exit codes of ``chunkyard run`` (:func:`exit_code`):
 * 0: every document processed in this run is fine (an unchanged folder is a no-op: 0);
 * 1: at least one document failed in this run (read, parse, or an ERROR check);
 * 2: a run failed for a reason that is not one bad document (a bug, a blocking
-  check stopping a batch, a locked database), or the CLI itself failed.
+  check stopping a batch, a locked database), or the CLI itself failed;
+* 130: SIGINT or SIGTERM stopped a run (:class:`RunTally` ``interrupted``): no other is started.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 EXIT_OK, EXIT_DOCUMENT_FAILED, EXIT_RUN_FAILED, EXIT_NOT_STARTED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C; SIGTERM alike (Dagster maps it to SIGINT)
 PASSED, WARN, FAILED = "passed", "warn", "failed"
+# What Dagster raises in a step or its executor when the process gets SIGINT or SIGTERM while
+# a run executes: the run then ends as failed and ``execute_job`` returns, it does not raise.
+INTERRUPTION_ERRORS = frozenset({"DagsterExecutionInterruptedError", "KeyboardInterrupt"})
 
 
 def stage_of(asset: str) -> str:
@@ -65,10 +70,13 @@ class RunTally:
     vectors_from_chunking: int = 0  # cached by a strategy that embeds while chunking (semantic)
     # (asset.check, document) -> passed / warn / failed; a later run's outcome replaces an earlier one.
     checks: dict[tuple[str, str], str] = field(default_factory=dict)
-    # document -> its first failure seen in this CLI run (stage and cause).
-    failures: dict[str, DocumentFailure] = field(default_factory=dict)
+    # document -> its failures seen in this CLI run, one per stage, in the order seen: a document
+    # refused by two strategies (or chunked and then refused by a model) shows each cause.
+    failures: dict[str, list[DocumentFailure]] = field(default_factory=dict)
     # One line per run-level failure that names no document (the step and the error's first line).
     run_errors: list[str] = field(default_factory=list)
+    # A run stopped by SIGINT / SIGTERM: the command must start no other (see INTERRUPTION_ERRORS).
+    interrupted: bool = False
 
     def add_run(self, result, events=None) -> None:
         """Count one run: ``events`` (its events from the instance, :func:`run_events`), else
@@ -103,7 +111,12 @@ class RunTally:
                 if outcome == FAILED:
                     self.note_failure(document, stage_of(asset), evaluation.description or "")
             elif kind == DagsterEventType.STEP_FAILURE:
-                self._note_step_failure(result.run_id, event)
+                if is_interruption(event):
+                    self.interrupted = True  # not the document's failure nor a bug: the step was stopped
+                else:
+                    self._note_step_failure(result.run_id, event)
+            elif kind == DagsterEventType.RUN_FAILURE and is_interruption(event):
+                self.interrupted = True  # between steps: no step failed
 
     def _note_step_failure(self, run_id: str, event) -> None:
         error = event.event_specific_data.error
@@ -121,7 +134,15 @@ class RunTally:
             )
 
     def note_failure(self, document: str, stage: str, message: str) -> None:
-        self.failures.setdefault(document, DocumentFailure(document, stage, bare_cause(document, message)))
+        """Record one failure of ``document``; a stage's first (its failed check, then its step's
+        failure with the same cause in a one-document run) stands for that stage."""
+        known = self.failures.setdefault(document, [])
+        if all(f.stage != stage for f in known):
+            known.append(DocumentFailure(document, stage, bare_cause(document, message)))
+
+    def failure_lines(self) -> list[str]:
+        """One line per failure, documents in order of name, each document's in the order seen."""
+        return [f.line() for document in sorted(self.failures) for f in self.failures[document]]
 
     def check_counts(self) -> dict[str, Counter]:
         """asset.check -> Counter of outcomes over documents."""
@@ -131,12 +152,18 @@ class RunTally:
         return counts
 
 
+def is_interruption(event) -> bool:
+    """A step or run failure that is Dagster's report of SIGINT / SIGTERM, not an error of ours."""
+    error = getattr(event.event_specific_data, "error", None)
+    return error is not None and error.cls_name in INTERRUPTION_ERRORS
+
+
 def run_events(instance, run_id: str) -> list:
     """The events of a run that :meth:`RunTally.add_run` counts, as the instance stored them."""
     from dagster import DagsterEventType
 
     kinds = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION,
-             DagsterEventType.STEP_FAILURE}
+             DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
     return [entry.dagster_event for entry in instance.all_logs(run_id, of_type=kinds) if entry.dagster_event]
 
 

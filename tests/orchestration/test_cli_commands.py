@@ -283,11 +283,27 @@ def test_tally_reads_real_dagster_check_and_failure_events():
     counts = tally.check_counts()
     assert counts["embeddings_recursive.within_model_max_sequence"] == {WARN: 1, PASSED: 1}
     assert counts["parsed_documents.parsed"] == {FAILED: 1}
-    assert [f.line() for f in tally.failures.values()] == [
-        "broken.pdf  [parse]  PDF is truncated", "x.docx  [parse]  not a zip archive"]
+    assert tally.failure_lines() == ["broken.pdf  [parse]  PDF is truncated", "x.docx  [parse]  not a zip archive"]
     assert tally.run_errors == [
         "run 01234567 step chunks_sentence: ValueError: boom (full trace: the run's logs in `make ui`)"]
     assert "a.md" not in tally.failures  # a WARN is not a failed document
+
+    # A document refused at two stages shows both causes, each stage once, in the order seen
+    # (a one-document run records its failed check, then its step fails with the same cause).
+    refused = RunTally()
+    refused.add_run(SimpleNamespace(success=True, run_id="y", all_events=[
+        evaluation("chunks_semantic", "coverage", "big.txt", False, AssetCheckSeverity.ERROR,
+                   "big.txt: semantic failed: DocumentLimitError: over limits.chunk_timeout_s"),
+        evaluation("embeddings_recursive", "embeddings_complete", "big.txt", False, AssetCheckSeverity.ERROR,
+                   "big.txt: recursive embedding time is over the limit (limits.embed_timeout_s)"),
+        _event(DagsterEventType.STEP_FAILURE, "chunks_semantic", StepFailureData(
+            error=None, user_failure_data=UserFailureData(
+                label="intentional-failure", description="big.txt: semantic failed again",
+                metadata={"document": MetadataValue.text("big.txt")}))),
+    ]))
+    assert refused.failure_lines() == [
+        "big.txt  [chunk semantic]  semantic failed: DocumentLimitError: over limits.chunk_timeout_s",
+        "big.txt  [embed recursive]  recursive embedding time is over the limit (limits.embed_timeout_s)"]
 
     # A one-partition run's results carry no partition of their own: they are the run's partition's.
     single = RunTally()
