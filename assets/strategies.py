@@ -23,7 +23,6 @@ from dagster import (
 from pydantic import BaseModel
 
 from assets.checks import (
-    ERROR,
     CheckDef,
     CheckOutcome,
     check_coverage,
@@ -75,14 +74,26 @@ def chunk_outcomes(text: str, chunks: list[Chunk], cap: int | None, atomic: tupl
     ]
 
 
-def chunking_failed(error: str) -> CheckOutcome:
-    """The check a document whose chunks could not be made or stored fails, with the cause.
+def chunking_failed(error: str, stored: tuple[str, str] | None, doc_sha256: str, cfg_hash: str) -> CheckOutcome:
+    """The check a document whose chunks could not be made or stored fails: the cause, and what
+    of it stays stored (``stored``: the (doc sha256, config hash) of its chunks in the store).
 
-    ``coverage``, because it is what is true: none of the document's current text is in a
-    chunk of this strategy (search reads only chunks of the current parse). The other checks
-    are not evaluated: there are no new chunks to evaluate them on.
+    ``coverage``, because this run put none of its text in a chunk. The other checks are not
+    evaluated: there are no new chunks to evaluate them on. Search reads the chunks of a
+    document's current text (``current_chunks``), the embeddings step only those made under
+    the current configuration as well, so what the earlier chunks still serve depends on them.
     """
-    return CheckOutcome("coverage", False, ERROR, error, {"error": error})
+    if stored is None:
+        kept = "No chunks of it are stored for this strategy."
+    elif stored == (doc_sha256, cfg_hash):
+        kept = ("Its chunks from an earlier run, of this same text and configuration, are kept: search "
+                "and the embeddings step still use them.")
+    elif stored[0] == doc_sha256:
+        kept = ("Its chunks made under an earlier configuration are kept: search still reads them, "
+                "the embeddings step does not.")
+    else:
+        kept = "Its stored chunks are of its earlier text: kept, but neither searched nor embedded."
+    return CheckOutcome("coverage", False, description=f"{error}. {kept}", metadata={"error": error})
 
 
 def chunk_metadata(token_counts: list[int]) -> dict[str, int | float]:
@@ -136,14 +147,15 @@ def build_strategy_assets(
     embed_context = EmbedContext.of(embed_context)
     chunks_key = AssetKey(f"chunks_{strategy_name}")
     embeddings_key = AssetKey(f"embeddings_{strategy_name}")
+    cfg_hash = config_hash(config)
+    cap = token_cap(config)
 
     def nothing_to_embed(document: dict | None, doc_id: str) -> str:
         """Why a document has no chunks to embed; the cause is reported where it happened."""
         if (document or {}).get("status") != "parsed":
             return (document or {}).get("error") or "not parsed"
-        return f"no {strategy_name} chunks of its current text (see {chunks_key.to_user_string()}[{doc_id}])"
-    cfg_hash = config_hash(config)
-    cap = token_cap(config)
+        return (f"no {strategy_name} chunks of its current text and configuration "
+                f"(see {chunks_key.to_user_string()}[{doc_id}])")
 
     @asset(
         name=chunks_key.path[-1],
@@ -178,6 +190,7 @@ def build_strategy_assets(
         computed: dict[str, tuple] = {}  # doc_id -> (doc, chunks, seconds to compute them)
         to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
+        failed: dict[str, str] = {}  # doc_id -> its sha256: chunks not made or not stored
         limits = documents.document_limits()
         # Read once for the step (in lake mode every query costs catalog round trips).
         parses = chunk_store.load_parsed_of(context.partition_keys)
@@ -206,7 +219,7 @@ def build_strategy_assets(
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
-                outcomes[doc_id] = [chunking_failed(errors[doc_id])]
+                failed[doc_id] = doc.sha256
                 continue
             # The vectors this strategy already computed for whole chunk texts go to the cache,
             # so the embeddings step counts them as hits; the run report adds them up.
@@ -226,7 +239,7 @@ def build_strategy_assets(
                                   f"(nothing of them was): {type(exc).__name__}: {exc}")
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
-                outcomes[doc_id] = [chunking_failed(errors[doc_id])]
+                failed[doc_id] = doc.sha256
                 continue
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             cost = StageCost(doc_id, "chunk", strategy_name, compute_seconds + store_share[doc_id], store_share[doc_id])
@@ -234,6 +247,9 @@ def build_strategy_assets(
             from_chunking = {"vectors_from_chunking": seeded.get(doc_id, 0)} if reuse_vectors else {}
             metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata(), **from_chunking}
         record_stage_costs(chunk_store, context.run.run_id, ingest_id_of(context), costs)
+        stored = chunk_store.chunk_state(strategy_name) if failed else {}
+        for doc_id, doc_sha256 in failed.items():
+            outcomes[doc_id] = [chunking_failed(errors[doc_id], stored.get(doc_id), doc_sha256, cfg_hash)]
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
             if doc_id in outcomes:  # not an unparsed document: its parse check already says why
@@ -265,12 +281,13 @@ def build_strategy_assets(
         # A document that failed to parse has nothing to embed and nothing to check.
         # Read once for the step (in lake mode every query costs catalog round trips).
         document_rows = chunk_store.documents_of(context.partition_keys)
-        # Only chunks of the current parse: a document whose latest chunking failed keeps its
-        # earlier chunks in the store, and vectors of those would pass its check untruthfully.
+        # Only chunks of the current parse and configuration: a document whose latest chunking
+        # failed keeps its earlier chunks in the store, and vectors of those would pass its check
+        # untruthfully.
         rows_by_doc = {
             d: rows for d, rows in chunk_store.load_chunks_of(
                 [d for d in context.partition_keys if (document_rows.get(d) or {}).get("status") == "parsed"],
-                strategy_name, current_only=True).items()
+                strategy_name, config_hash=cfg_hash).items()
             if rows
         }
         embedder = embedding.get_embedder()
@@ -324,9 +341,11 @@ def build_strategy_assets(
         for doc_id, rows in rows_by_doc.items():
             if doc_id in write_failures:
                 exc = write_failures[doc_id]
-                metadata[doc_id] = {"error": f"{doc_id}: {strategy_name} vectors could not be stored (nothing of "
-                                             f"them was): {type(exc).__name__}: {exc}"}
-                context.log.error(metadata[doc_id]["error"])
+                refused[doc_id] = (f"{doc_id}: {strategy_name} vectors could not be stored (nothing of them "
+                                   f"was): {type(exc).__name__}: {exc}")
+                metadata[doc_id] = {"error": refused[doc_id]}
+                outcomes[doc_id] = [CheckOutcome("embeddings_complete", False, description=refused[doc_id])]
+                context.log.error(refused[doc_id])
                 continue
             doc_started = time.perf_counter()
             stored = [v for _, v in stored_vectors[doc_id]]

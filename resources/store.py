@@ -595,10 +595,12 @@ class ChunkStore:
         one document's rows can cause (:func:`_rows_may_cause`: a DuckDB error, or a value the
         binding cannot convert), it rolled back whole; each document is then written alone
         (``write_of({doc_id: item})``), and the documents whose own write fails are returned,
-        doc_id -> the error. When every document fails alone too (a cause that is no one
-        document's, such as a full disk), or there is only one, the error is raised instead, as
-        is any other exception (``WriteConflictError``, ``StoreLockedError``,
-        ``SourceRootConflict``): nothing of the failed writes is stored.
+        doc_id -> the error. A single document's error of that kind is returned as its own:
+        it is the only document to blame, and its step can then record it on its partition.
+        When two or more documents all fail alone too (a cause that is no one document's, such
+        as a full disk), the error is raised instead, as is any other exception
+        (``WriteConflictError``, ``StoreLockedError``, ``SourceRootConflict``): nothing of the
+        failed writes is stored.
         """
         if not items:
             return {}
@@ -606,8 +608,10 @@ class ChunkStore:
             self.write_transaction(write_of(items))
             return {}
         except Exception as exc:
-            if len(items) == 1 or not _rows_may_cause(exc):
+            if not _rows_may_cause(exc):
                 raise
+            if len(items) == 1:
+                return {next(iter(items)): exc}
         failed: dict[str, Exception] = {}
         for doc_id, item in items.items():
             try:
@@ -890,21 +894,25 @@ class ChunkStore:
         return self.load_chunks_of([doc_id], strategy).get(doc_id, [])
 
     def load_chunks_of(
-        self, doc_ids: Sequence[str], strategy: str, *, current_only: bool = False
+        self, doc_ids: Sequence[str], strategy: str, *, config_hash: str | None = None
     ) -> dict[str, list[StoredChunk]]:
         """doc_id -> its chunks of ``strategy`` in order (empty when none), for every one of ``doc_ids``; one query.
 
-        ``current_only``: only chunks of the document's current parse (``current_chunks``), so
-        a document whose latest chunking failed has none, not those of its earlier text.
+        ``config_hash``: only chunks of the document's current parse (``current_chunks``) made
+        under that configuration, so a document whose latest chunking failed has none rather
+        than those of its earlier text or configuration.
         """
         out: dict[str, list[StoredChunk]] = {doc_id: [] for doc_id in doc_ids}
-        relation = "current_chunks" if current_only else "chunks"
+        if config_hash is None:
+            relation, params = "chunks WHERE true", []
+        else:
+            relation, params = "current_chunks WHERE config_hash = ?", [config_hash]
         with self.connect(read_only=True) as con:
             for doc_id, *row in con.execute(
                 f"""SELECT doc_id, chunk_index, text, text_sha256, token_count, char_start, char_end
-                   FROM {relation} WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ?
+                   FROM {relation} AND doc_id IN (SELECT unnest(?::VARCHAR[])) AND strategy = ?
                    ORDER BY doc_id, chunk_index""",
-                [list(doc_ids), strategy],
+                [*params, list(doc_ids), strategy],
             ).fetchall():
                 out[doc_id].append(StoredChunk(*row))
         return out

@@ -128,7 +128,8 @@ def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, doc
     assert "slow.txt: recursive chunking time is over the limit of 300 s (raise limits.chunk_timeout_s" in error
     # Its partition's check says so (not only its metadata); the others' checks are their own.
     coverage = check_results(result, "chunks_recursive", "coverage")
-    assert coverage["slow.txt"] == (False, error)
+    assert coverage["slow.txt"] == (
+        False, f"{error}. Its stored chunks are of its earlier text: kept, but neither searched nor embedded.")
     assert coverage["alpha.md"][0] is True and coverage["sub/beta.txt"][0] is True
     assert "slow.txt" not in check_results(result, "chunks_recursive", "token_cap")  # nothing new to check
     # Nothing of the earlier version is lost, and nothing of it passes for the current text:
@@ -136,8 +137,8 @@ def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, doc
     assert stored(settings, "chunks") == set(DOCS)
     assert stored(settings, "current_chunks") == {"alpha.md", "sub/beta.txt"}
     embedded = partition_metadata(result, "embeddings_recursive")["slow.txt"]
-    assert embedded["error"] == ("slow.txt: nothing to embed: no recursive chunks of its current text "
-                                 "(see chunks_recursive[slow.txt])")
+    assert embedded["error"] == ("slow.txt: nothing to embed: no recursive chunks of its current text and "
+                                 "configuration (see chunks_recursive[slow.txt])")
     assert "slow.txt" not in check_results(result, "embeddings_recursive", "embeddings_complete")
     assert check_results(result, "embeddings_recursive", "embeddings_complete")["alpha.md"][0] is True
 
@@ -145,24 +146,68 @@ def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, doc
     job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
     alone = job.execute_in_process(instance=instance, partition_key="slow.txt", raise_on_error=False)
     assert not alone.success
-    assert latest_check_description(instance, "chunks_recursive", "coverage", "slow.txt") == error
+    assert latest_check_description(instance, "chunks_recursive", "coverage", "slow.txt").startswith(f"{error}. ")
 
 
-def test_a_document_never_chunked_has_nothing_to_embed_and_no_check_passed(settings, instance, docs_dir, clock,
-                                                                           monkeypatch):
+def slow_to_chunk(clock, monkeypatch, marker="SLOW"):
+    """From now on, ``recursive`` takes "10,000 s" on any text holding ``marker``."""
     import chunking.strategies.recursive as recursive
 
-    (docs_dir / "slow.txt").write_text("SLOW text that a strategy takes too long to chunk.", encoding="utf-8")
     real_split = recursive.split_recursive
 
     def split_recursive(text, *args, **kwargs):
-        if "SLOW" in text:
+        if marker in text:
             clock.jump()
         return real_split(text, *args, **kwargs)
 
     monkeypatch.setattr(recursive, "split_recursive", split_recursive)
+
+
+def test_a_refusal_on_unchanged_text_and_configuration_says_the_earlier_chunks_still_serve(
+        settings, instance, docs_dir, clock, monkeypatch):
+    (docs_dir / "slow.txt").write_text("SLOW text, chunked in time the first time.", encoding="utf-8")
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    slow_to_chunk(clock, monkeypatch)  # the same text, the same configuration: over the limit this time
     result = run(settings, instance, "alpha.md", "sub/beta.txt")
     assert result.success
+    passed, description = check_results(result, "chunks_recursive", "coverage")["slow.txt"]
+    assert not passed and description.endswith(
+        "Its chunks from an earlier run, of this same text and configuration, are kept: search and the "
+        "embeddings step still use them.")
+    # They are the chunks this configuration makes of this text: embedded (from the cache) and checked.
+    assert stored(settings, "current_chunks") == set(DOCS)
+    embedded = partition_metadata(result, "embeddings_recursive")["slow.txt"]
+    assert "error" not in embedded and embedded["cache_hits"] >= 1
+    assert check_results(result, "embeddings_recursive", "embeddings_complete")["slow.txt"][0] is True
+
+
+def test_a_refusal_after_a_configuration_change_keeps_the_earlier_chunks_for_search_only(
+        settings, instance, docs_dir, clock, monkeypatch):
+    (docs_dir / "slow.txt").write_text("SLOW text, chunked in time under the first configuration.", encoding="utf-8")
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    slow_to_chunk(clock, monkeypatch)
+    changed = settings.model_copy(update={"strategies": {"recursive": {"chunk_token_size": 30,
+                                                                      "chunk_overlap_token_size": 8}}})
+    result = run(changed, instance, "alpha.md", "sub/beta.txt")
+    assert result.success
+    passed, description = check_results(result, "chunks_recursive", "coverage")["slow.txt"]
+    assert not passed and description.endswith(
+        "Its chunks made under an earlier configuration are kept: search still reads them, "
+        "the embeddings step does not.")
+    assert stored(settings, "current_chunks") == set(DOCS)  # same text: search still reads them
+    assert "nothing to embed" in partition_metadata(result, "embeddings_recursive")["slow.txt"]["error"]
+    assert "slow.txt" not in check_results(result, "embeddings_recursive", "embeddings_complete")
+    assert check_results(result, "embeddings_recursive", "embeddings_complete")["alpha.md"][0] is True
+
+
+def test_a_document_never_chunked_has_nothing_to_embed_and_no_check_passed(settings, instance, docs_dir, clock,
+                                                                           monkeypatch):
+    (docs_dir / "slow.txt").write_text("SLOW text that a strategy takes too long to chunk.", encoding="utf-8")
+    slow_to_chunk(clock, monkeypatch)
+    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    assert result.success
+    assert check_results(result, "chunks_recursive", "coverage")["slow.txt"][1].endswith(
+        "No chunks of it are stored for this strategy.")
     assert stored(settings, "chunks") == {"alpha.md", "sub/beta.txt"}
     assert stored(settings, "embeddings") == {"alpha.md", "sub/beta.txt"}
     assert "nothing to embed" in partition_metadata(result, "embeddings_recursive")["slow.txt"]["error"]
