@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
 from contextlib import nullcontext
@@ -54,6 +56,39 @@ class CliError(Exception):
 class RunInterrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM stopped a run: no other run is started (exit code 130, the message says
     what is left). Dagster reports the signal as a failed run, not as an exception."""
+
+
+class InterruptWatch:
+    """Whether SIGINT or SIGTERM arrived since the watch began, even where Dagster swallowed it.
+
+    While a run executes, Dagster's handler replaces ours: in a step the signal becomes a failed
+    run (``RunTally.interrupted`` sees that), but one that lands after the last step and before
+    ``execute_job`` returns only sets a flag Dagster then clears. The interpreter still writes
+    every handled signal's number to the wakeup fd, whichever handler runs: that is read here.
+    """
+
+    def __enter__(self) -> "InterruptWatch":
+        import socket
+
+        self._reader, self._writer = socket.socketpair()
+        for end in (self._reader, self._writer):
+            end.setblocking(False)
+        self._previous = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        self._seen = False
+        return self
+
+    def seen(self) -> bool:
+        try:
+            while data := self._reader.recv(512):
+                self._seen |= bool({signal.SIGINT, signal.SIGTERM} & set(data))
+        except BlockingIOError:
+            pass
+        return self._seen
+
+    def __exit__(self, *exc) -> None:
+        signal.set_wakeup_fd(self._previous)
+        self._reader.close()
+        self._writer.close()
 
 
 def ensure_dagster_home() -> Path:
@@ -147,11 +182,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # One ingest per instance, taken before the instance is first opened (two first-time
     # runs would both create it), and held until every batch is done.
-    with run_lock(ensure_dagster_home()):
-        return ingest(args)
+    with run_lock(ensure_dagster_home()), InterruptWatch() as watch:
+        return ingest(args, watch)
 
 
-def ingest(args: argparse.Namespace) -> int:
+def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     # Imported after the environment is set: the definitions read it at import.
     from dagster import DagsterInstance, execute_job, reconstructable
 
@@ -160,7 +195,7 @@ def ingest(args: argparse.Namespace) -> int:
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
-    from orchestration.runlock import documents_in_flight
+    from orchestration.runlock import documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
     from resources.documents import source_fingerprint
 
@@ -199,6 +234,13 @@ def ingest(args: argparse.Namespace) -> int:
             plan_refresh(ordered, materialized, graph_order, stale,
                          recorded_failures(store, current, folder.document_limits())))
 
+    # A run an earlier `chunkyard run` left queued or running died with it (killed, crashed):
+    # marked failed, so its documents are not left to it for ever.
+    abandoned = fail_abandoned_runs(instance, INGEST_TAG)
+    if abandoned:
+        print(f"chunkyard: {len(abandoned)} run(s) of an earlier chunkyard run that ended without finishing "
+              f"them marked failed: {', '.join(r[:8] for r in abandoned[:10])}"
+              + (" ..." if len(abandoned) > 10 else ""), flush=True)
     # Runs the UI's sensors started before this run took the lock own their documents.
     owned = {doc: run_id for doc, run_id in documents_in_flight(instance, ordered).items() if doc in selected}
     if owned:
@@ -227,14 +269,15 @@ def ingest(args: argparse.Namespace) -> int:
             result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id},
                                  run_config=QUIET, raise_on_error=False)
         tally.add_run(result, run_events(instance, result.run_id))
-        if tally.interrupted:
-            left = sum(len(b) for b in batches[index - 1:])
-            raise RunInterrupted(
-                f"run {result.run_id[:8]} was stopped by SIGINT or SIGTERM; no other run was started. Steps that "
-                f"had finished are stored; the step that was stopped stored nothing (a step writes its documents "
-                f"in one transaction). The next `chunkyard run` processes what is left ({left} of "
-                f"{len(selected)} documents were in this run or after it).")
+        stop_if_interrupted(result.run_id)
         return result
+
+    def stop_if_interrupted(run_id: str) -> None:
+        if tally.interrupted or watch.seen():
+            raise RunInterrupted(
+                f"run {run_id[:8]} was stopped by SIGINT or SIGTERM; no other run was started. Steps that had "
+                f"finished are stored; a step that was stopped stored nothing (a step writes its documents in "
+                f"one transaction). The next `chunkyard run` processes what is left.")
 
     for index, batch in enumerate(batches, start=1):
         result = execute({RANGE_START: batch[0], RANGE_END: batch[-1]}, index, len(batch))
@@ -254,7 +297,8 @@ def ingest(args: argparse.Namespace) -> int:
         # The store changed: strategy_stats describes the store, so refresh it now, under this
         # run's lock, rather than leave the UI showing the previous state until the automation
         # sensor runs (when `make ui` is not running, it never does).
-        refresh_strategy_stats(instance, {INGEST_TAG: ingest_id}, tally)
+        stats_run = refresh_strategy_stats(instance, {INGEST_TAG: ingest_id}, tally)
+        stop_if_interrupted(stats_run)
 
     failed_here = documents_failed_in_run(store, selected, tally)
     print_summary(store, tally, failed_here, time.monotonic() - started)
@@ -267,9 +311,9 @@ def ingest(args: argparse.Namespace) -> int:
 STATS_ASSET = "strategy_stats"
 
 
-def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> None:
+def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> str:
     """Materialize ``strategy_stats`` in one run of its own, on the configured executor
-    (its failure is a run error, exit code 2)."""
+    (its failure is a run error, exit code 2); returns the run's id."""
     from dagster import execute_job, reconstructable
 
     from orchestration import definitions
@@ -280,6 +324,7 @@ def refresh_strategy_stats(instance, tags: dict[str, str], tally: RunTally) -> N
     if not result.success:
         tally.failed_batches += 1  # not a document's failure: exit code 2
     print(f"  run {result.run_id[:8]}: {STATS_ASSET}: {'ok' if result.success else 'FAILED'}", flush=True)
+    return result.run_id
 
 
 def print_costs(store, ingest_id: str) -> None:
@@ -569,6 +614,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     quiet_libraries()  # every verb: search/ground/eval load the model too
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM as Ctrl-C from the start (exit 130 with a message), not only once Dagster has
+        # mapped it so on leaving its first run: before that it ended the process silently.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return args.handler(args)
     except CliError as exc:

@@ -143,3 +143,24 @@ def documents_in_flight(instance, ordered: list[str]) -> dict[str, str]:
         for doc in documents_of_run(run.tags, ordered):
             owners.setdefault(doc, run.run_id)
     return owners
+
+
+def fail_abandoned_runs(instance, owner_tag: str) -> list[str]:
+    """Mark failed the runs carrying ``owner_tag`` (a `chunkyard run`'s) that are still queued or
+    running; their ids. Call with the run lock held.
+
+    `chunkyard run` executes its runs in its own process, under this lock. So holding the lock
+    means the process that started any such run is gone (SIGKILL, a crash, a reboot): the run
+    will never finish, yet :func:`documents_in_flight` would leave its documents to it for ever.
+    Runs without the tag (the UI's, the sensors') run elsewhere and are left alone.
+    """
+    from dagster import DagsterRunStatus, RunsFilter
+
+    in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                 DagsterRunStatus.STARTED]
+    abandoned = [run for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)) if owner_tag in run.tags]
+    for run in abandoned:
+        instance.report_run_failed(
+            run, "the chunkyard run that executed this run ended before it finished (its process no longer "
+                 "holds the run lock); marked failed so that its documents are processed again")
+    return [run.run_id for run in abandoned]

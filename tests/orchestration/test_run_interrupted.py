@@ -30,7 +30,7 @@ real_split = recursive.split_recursive
 
 def split_recursive(text, *args, **kwargs):
     if "STOP HERE" in text:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, os.environ["STOP_WITH"]))
         time.sleep(30)  # the signal interrupts this
     return real_split(text, *args, **kwargs)
 
@@ -42,7 +42,8 @@ if __name__ == "__main__":  # the parse worker's processes import this module to
 """
 
 
-def test_a_run_stopped_by_sigterm_starts_no_other_and_the_next_run_finishes(tmp_path):
+def folder(tmp_path):
+    """Three documents, the first stopped while ``recursive`` chunks it; the environment to run them."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.txt").write_text("The first document. STOP HERE while it is being chunked.", encoding="utf-8")
@@ -54,14 +55,21 @@ def test_a_run_stopped_by_sigterm_starts_no_other_and_the_next_run_finishes(tmp_
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "CHUNKYARD_DB": str(db),
            "CHUNKYARD_CONFIG": str(tmp_path / "chunkyard.toml"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": str(REPO_ROOT)}
-    args = ["run", "--docs", str(docs), "--batch", "1", "--progress", "plain"]
+    return db, env, ["run", "--docs", str(docs), "--batch", "1", "--progress", "plain"]
 
-    stopped = subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], cwd=REPO_ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
+
+def stopped_run(tmp_path, env, args, signal_name):
+    return subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], cwd=REPO_ROOT,
+                          env={**env, "STOP_WITH": signal_name}, capture_output=True, text=True, timeout=600)
+
+
+def test_a_run_stopped_by_sigterm_starts_no_other_and_the_next_run_finishes(tmp_path):
+    db, env, args = folder(tmp_path)
+    stopped = stopped_run(tmp_path, env, args, "SIGTERM")
     assert stopped.returncode == 130, stopped.stdout[-3000:] + stopped.stderr[-3000:]
     assert "chunkyard run: interrupted: run " in stopped.stderr
     assert "was stopped by SIGINT or SIGTERM; no other run was started" in stopped.stderr
-    assert "(3 of 3 documents were in this run or after it)" in stopped.stderr
+    assert "The next `chunkyard run` processes what is left." in stopped.stderr
     assert "run 2/3" not in stopped.stdout and "strategy_stats" not in stopped.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT doc_id FROM documents").fetchall() == [("a.txt",)]  # parsed before the stop
@@ -74,3 +82,73 @@ def test_a_run_stopped_by_sigterm_starts_no_other_and_the_next_run_finishes(tmp_
         assert con.execute("SELECT DISTINCT doc_id FROM current_chunks ORDER BY 1").fetchall() == [
             ("a.txt",), ("b.txt",), ("c.txt",)]
         assert con.execute("SELECT count(DISTINCT doc_id) FROM current_embeddings").fetchone()[0] == 3
+
+
+def test_a_run_killed_outright_does_not_keep_its_documents_from_the_next_run(tmp_path):
+    # SIGKILL: no handler runs, so its Dagster run stays "started" in the instance for ever.
+    db, env, args = folder(tmp_path)
+    killed = stopped_run(tmp_path, env, args, "SIGKILL")
+    assert killed.returncode == -9
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+
+    # The next run holds the lock, so that run's process is gone: it is marked failed and its
+    # document processed (before, a.txt was "left to run(s) already queued or in progress").
+    finished = subprocess.run([sys.executable, "-m", "orchestration.cli", *args], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert "1 run(s) of an earlier chunkyard run that ended without finishing them marked failed" in finished.stdout
+    assert "left to run(s) already queued or in progress" not in finished.stdout
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(DISTINCT doc_id) FROM current_embeddings").fetchone()[0] == 3
+
+
+def test_only_a_chunkyard_runs_own_runs_are_marked_abandoned(tmp_path):
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+
+    from assets.costs import INGEST_TAG
+    from orchestration.runlock import documents_in_flight, fail_abandoned_runs
+
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        cli = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.STARTED,
+                                          tags={INGEST_TAG: "x", "dagster/partition": "a.txt"}))
+        queued = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.NOT_STARTED,
+                                             tags={INGEST_TAG: "x", "dagster/partition": "b.txt"}))
+        done = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.SUCCESS,
+                                           tags={INGEST_TAG: "x", "dagster/partition": "c.txt"}))
+        sensor = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.STARTED,
+                                             tags={"dagster/partition": "d.txt"}))
+        assert sorted(fail_abandoned_runs(instance, INGEST_TAG)) == sorted([cli.run_id, queued.run_id])
+        status = {r.run_id: r.status for r in instance.get_runs()}
+        assert status[cli.run_id] == status[queued.run_id] == DagsterRunStatus.FAILURE
+        assert status[done.run_id] == DagsterRunStatus.SUCCESS and status[sensor.run_id] == DagsterRunStatus.STARTED
+        assert documents_in_flight(instance, ["a.txt", "b.txt", "c.txt", "d.txt"]) == {"d.txt": sensor.run_id}
+
+
+def test_the_watch_sees_a_signal_another_handler_swallowed():
+    import signal
+
+    from orchestration.cli import InterruptWatch
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as Dagster's handler does during a run
+    try:
+        with InterruptWatch() as watch:
+            assert not watch.seen()
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert watch.seen() and watch.seen()  # stays seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_is_ctrl_c_from_the_start_of_every_command(monkeypatch):
+    import signal
+
+    from orchestration import cli
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert cli.main(["strategies"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
