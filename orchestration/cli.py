@@ -197,7 +197,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
-    from resources.documents import source_fingerprint
+    from resources.documents import current_fingerprint
 
     started = time.monotonic()
     batch_size = run_batch_size(args.batch)
@@ -209,7 +209,9 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     instance = DagsterInstance.get()
 
     sources = folder.scan()
-    current = {doc_id: source_fingerprint(source) for doc_id, source in sources.items()}
+    # A file gone since the listing is not in the folder; one that cannot be read fails alone.
+    current = {doc_id: sha for doc_id, sha in
+               ((doc_id, current_fingerprint(source)) for doc_id, source in sources.items()) if sha is not None}
     changes = diff_folder(current, store.document_hashes(folder.root_path))
 
     existing = set(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))

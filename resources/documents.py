@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import re
 import stat
@@ -32,6 +33,8 @@ from pydantic import Field
 
 from chunking.limits import DocumentLimits
 from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path
+
+log = logging.getLogger(__name__)
 
 # Surrogates too: a file name that is not valid UTF-8 comes back from the OS with its bad
 # bytes as lone surrogates (surrogateescape), which no database or UI can hold.
@@ -85,7 +88,12 @@ def _listed_files(root: Path) -> list[Path]:
     """Every non-hidden entry under ``root`` that is a file or a link to one (or a
     dangling link), without following links to directories."""
     found: list[Path] = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
+
+    def unlisted(exc: OSError) -> None:
+        # Its files cannot even be named (a path over PATH_MAX, no permission): said, not silent.
+        log.warning("documents folder: cannot list %s: %s; its files are left out", exc.filename, exc.strerror or exc)
+
+    for folder, dirs, files in os.walk(root, followlinks=False, onerror=unlisted):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
         found.extend(Path(folder) / name for name in files)
     return sorted(found)
@@ -101,8 +109,20 @@ def _special_file_kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _source(root: Path, real_root: Path, path: Path) -> SourceFile:
+def _source(root: Path, real_root: Path, path: Path) -> SourceFile | None:
+    """The listed ``path`` as a document (refused, never opened, where reading it would be
+    wrong or cannot work); ``None`` when it no longer exists (gone since it was listed)."""
     rel = path.relative_to(root).as_posix()
+    try:
+        return _examined_source(root, real_root, path, rel)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a path over PATH_MAX, no permission to stat: this document alone
+        return SourceFile(clean_partition_key(rel), path, rel, 0,
+                          refusal=f"{rel}: refused: cannot be examined: {exc.strerror or exc}")
+
+
+def _examined_source(root: Path, real_root: Path, path: Path, rel: str) -> SourceFile:
     key = clean_partition_key(rel)
     try:
         rel.encode("utf-8")
@@ -150,7 +170,8 @@ def scan_folder(root: Path) -> dict[str, SourceFile]:
         if not is_document(path):
             continue
         source = _source(root, real_root, path)
-        out[source.doc_id] = source
+        if source is not None:
+            out[source.doc_id] = source
     return out
 
 
@@ -170,6 +191,17 @@ def source_fingerprint(source: SourceFile) -> str:
     if source.refusal is not None:
         return "refused:" + hashlib.sha256(source.refusal.encode("utf-8", "surrogateescape")).hexdigest()
     return sha256_file(source.readable_path)
+
+
+def current_fingerprint(source: SourceFile) -> str | None:
+    """:func:`source_fingerprint`, or ``None`` when the file is gone since it was listed; a file
+    that cannot be read gets a digest of why, so it is processed, and its read fails, alone."""
+    try:
+        return source_fingerprint(source)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return "unreadable:" + hashlib.sha256(str(exc).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def source_stat(source: SourceFile) -> os.stat_result:

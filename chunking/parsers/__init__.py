@@ -38,6 +38,7 @@ One module per format, each with its own docstring: :mod:`.text` (``.txt``,
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 from pathlib import Path
@@ -94,13 +95,17 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
     blocks_path = path.with_name(path.stem + ".blocks.jsonl")
     if blocks_path.exists() or blocks_path.is_symlink():
         sha256 = hashlib.sha256(data).hexdigest()
-        note = _sidecar_refusal(blocks_path, source, sha256, limits)
+        note = _sidecar_refusal(blocks_path, path, sha256, limits)
         if note is None:
             from chunking.sidecar import document_from_sidecar
 
             tables_path = path.with_name(path.stem + ".tables.json")
             if tables_path.is_symlink():
                 raise DocumentError(source, f"{tables_path.name} is a symbolic link; sidecars are not followed")
+            if tables_path.exists() and not tables_path.is_file():
+                # A named pipe would block the read until the parse timeout, which no limit can fix.
+                raise DocumentError(source, f"{tables_path.name} is not a regular file; sidecars are read only "
+                                            f"from regular files")
             if tables_path.is_file():
                 _check_size(tables_path, source, limits.max_bytes, f"sidecar {tables_path.name}")
             doc = document_from_sidecar(data, source, doc_id, blocks_path, tables_path,
@@ -141,15 +146,18 @@ def _read_capped(path: Path, source: str, max_bytes: int, what: str) -> bytes:
     return data
 
 
-def _sidecar_refusal(blocks_path: Path, source: str, sha256: str, limits: DocumentLimits) -> str | None:
-    """None when the sidecar beside a document may replace our parse of it; else why
-    it is ignored. A sidecar that declares another document's hash is stale: an error.
+def _sidecar_refusal(blocks_path: Path, path: Path, sha256: str, limits: DocumentLimits) -> str | None:
+    """None when the sidecar beside the document at ``path`` may replace our parse of it; else
+    why it is ignored. A sidecar that declares another hash is stale: an error, unless that
+    hash is of a document sharing its name (``report.md`` and ``report.txt`` both look for
+    ``report.blocks.jsonl``): then it is that document's sidecar, and ignored for this one.
 
     Trust needs the sidecar's ``document_hash`` to equal the document's sha256 (or
     ``limits.trust_unhashed_sidecars`` for one that declares none); a sidecar is never
     followed through a symbolic link, and is size-capped like a document."""
     from chunking.sidecar import declared_document_hash
 
+    source = path.name
     if blocks_path.is_symlink():
         return "it is a symbolic link (sidecars are not followed)"
     if not blocks_path.is_file():
@@ -162,8 +170,26 @@ def _sidecar_refusal(blocks_path: Path, source: str, sha256: str, limits: Docume
         return (f"it declares no document_hash, so it cannot be shown to describe these bytes "
                 f"(set {limit_key('trust_unhashed_sidecars')} = true in chunkyard.toml to use such sidecars)")
     if declared != sha256:
+        owner = _namesake_with_hash(path, declared, limits.max_bytes)
+        if owner is not None:
+            return f"it describes {owner.name}, which shares this document's name"
         raise DocumentError(f"{source} (sidecar {blocks_path.name})",
                             "sidecar is stale: its document_hash does not match the document's bytes")
+    return None
+
+
+def _namesake_with_hash(path: Path, sha256: str, max_bytes: int) -> Path | None:
+    """Another document beside ``path`` with the same stem whose bytes have this sha256, if any."""
+    for other in sorted(path.parent.glob(glob.escape(path.stem) + ".*")):
+        if other == path or other.stem != path.stem or other.suffix.lower() not in _FORMATS:
+            continue
+        if other.is_symlink() or not other.is_file() or other.stat().st_size > max_bytes:
+            continue
+        try:
+            if hashlib.sha256(other.read_bytes()).hexdigest() == sha256:
+                return other
+        except OSError:
+            continue
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,50 @@ def test_stale_or_corrupt_sidecar_is_a_document_error(tmp_path: Path):
     # A sidecar without a document hash is used only when the user opted in.
     with pytest.raises(DocumentError, match="no content blocks"):
         parse_document(tmp_path / "report.txt", "r", limits=DocumentLimits(trust_unhashed_sidecars=True))
+
+
+def test_a_sidecar_of_a_namesake_document_is_ignored_not_stale(tmp_path: Path):
+    # report.md and report.txt both look for report.blocks.jsonl; it describes report.md.
+    described, other = b"# Words the sidecar describes", b"Other words, in report.txt"
+    (tmp_path / "report.md").write_bytes(described)
+    (tmp_path / "report.txt").write_bytes(other)
+    _foreign_sidecar(tmp_path, described)
+    assert parse_document(tmp_path / "report.md", "report.md").metadata["parse_engine"] == "mineru"
+    doc = parse_document(tmp_path / "report.txt", "report.txt")  # before: "sidecar is stale"
+    assert doc.text == other.decode() and "parse_engine" not in doc.metadata
+    assert doc.metadata["sidecar_ignored"] == "report.blocks.jsonl: it describes report.md, which shares this " \
+                                              "document's name"
+    # A hash of no document beside it is still stale.
+    (tmp_path / "report.md").write_bytes(b"# Edited since the sidecar was made")
+    with pytest.raises(DocumentError, match="stale"):
+        parse_document(tmp_path / "report.txt", "report.txt")
+
+
+def test_a_tables_sidecar_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path: Path):
+    import os
+
+    data = b"plain words"
+    (tmp_path / "report.txt").write_bytes(data)
+    _foreign_sidecar(tmp_path, data)
+    (tmp_path / "report.tables.json").unlink()
+    os.mkfifo(tmp_path / "report.tables.json")  # opening it would block until the parse timeout
+    outcome: list[BaseException | None] = []
+
+    def parse() -> None:
+        try:
+            parse_document(tmp_path / "report.txt", "r")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=parse, daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    if reader.is_alive():  # blocked opening the FIFO: give it a writer so the thread ends
+        os.close(os.open(tmp_path / "report.tables.json", os.O_WRONLY))
+        reader.join()
+        pytest.fail("the parse opened the named pipe and waited for a writer")
+    assert isinstance(outcome[0], DocumentError) and "report.tables.json is not a regular file" in str(outcome[0])
 
 
 def test_chunkyard_sidecar_beside_document_round_trips_blocks(tmp_path: Path):

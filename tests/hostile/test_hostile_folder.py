@@ -265,3 +265,63 @@ def test_a_file_swapped_for_a_link_out_of_the_root_after_the_scan_is_not_parsed(
     (docs_dir / "alpha.md").symlink_to(outside)  # between the scan and the parse
     with pytest.raises(DocumentError, match="alpha.md: refused: it now resolves outside the documents folder"):
         parse_source(source, DocumentLimits(), str(docs_dir))
+
+
+def test_a_path_too_long_to_examine_fails_alone_and_a_vanished_file_is_not_listed(docs_dir, monkeypatch):
+    import os
+
+    # 16 folders of 250 characters: the folder lists, but its file's path is over PATH_MAX.
+    fd = os.open(docs_dir, os.O_RDONLY)
+    try:
+        for _ in range(16):
+            os.mkdir("d" * 250, dir_fd=fd)
+            deeper = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(os.open("f" * 100 + ".txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    real_lstat = Path.lstat
+
+    def lstat(self):
+        if self.name == "alpha.md":
+            raise FileNotFoundError(2, "No such file or directory", str(self))  # removed since it was listed
+        return real_lstat(self)
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    sources = scan_folder(docs_dir)  # before: OSError [Errno 36] out of the scan, and no document processed
+    (deep,) = [s for s in sources.values() if s.relative_path.endswith(".txt") and "ddd" in s.relative_path]
+    assert deep.refusal.endswith(": refused: cannot be examined: File name too long")
+    assert "alpha.md" not in sources and "sub/beta.txt" in sources
+
+
+def test_a_folder_that_cannot_be_listed_is_named_not_silently_skipped(docs_dir, caplog):
+    import os
+
+    locked = docs_dir / "locked"
+    locked.mkdir()
+    (locked / "hidden.txt").write_text("words", encoding="utf-8")
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))  # as for a folder without r-x (root ignores modes)
+        return real_scandir(path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "scandir", scandir)
+        with caplog.at_level("WARNING", logger="resources.documents"):
+            sources = scan_folder(docs_dir)
+    assert set(sources) == {"alpha.md", "sub/beta.txt"}
+    assert f"documents folder: cannot list {locked}: Permission denied; its files are left out" in caplog.text
+
+
+def test_a_file_that_vanished_or_cannot_be_read_gets_a_fingerprint_that_says_so(docs_dir):
+    from resources.documents import current_fingerprint
+
+    sources = scan_folder(docs_dir)
+    (docs_dir / "alpha.md").unlink()
+    assert current_fingerprint(sources["alpha.md"]) is None
+    (docs_dir / "alpha.md").mkdir()  # replaced by a folder: reading it fails
+    assert current_fingerprint(sources["alpha.md"]).startswith("unreadable:")
+    assert current_fingerprint(sources["sub/beta.txt"]) == source_fingerprint(sources["sub/beta.txt"])

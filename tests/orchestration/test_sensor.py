@@ -152,14 +152,14 @@ def test_a_cli_run_that_starts_during_a_tick_still_owns_the_documents(instance, 
 
     holders = []
 
-    fingerprint = sensors.source_fingerprint
+    fingerprint = sensors.current_fingerprint
 
     def hash_while_a_cli_run_starts(source):
         if not holders:
             holders.append(hold_run_lock(instance.root_directory))
         return fingerprint(source)
 
-    monkeypatch.setattr(sensors, "source_fingerprint", hash_while_a_cli_run_starts)
+    monkeypatch.setattr(sensors, "current_fingerprint", hash_while_a_cli_run_starts)
     try:
         result = documents_sensor(build_sensor_context(instance=instance, resources=resources))
     finally:
