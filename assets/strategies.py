@@ -250,6 +250,10 @@ def build_strategy_assets(
         stored = chunk_store.chunk_state(strategy_name) if failed else {}
         for doc_id, doc_sha256 in failed.items():
             outcomes[doc_id] = [chunking_failed(errors[doc_id], stored.get(doc_id), doc_sha256, cfg_hash)]
+        # In the store too: what the next run retries (a limit since raised) or leaves (the same
+        # failure again), whether this ran in a batch or alone, and what `status` lists.
+        chunk_store.record_strategy_failures(
+            strategy_name, {doc_id: (sha, cfg_hash, errors[doc_id]) for doc_id, sha in failed.items()})
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
             if doc_id in outcomes:  # not an unparsed document: its parse check already says why

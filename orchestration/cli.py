@@ -196,7 +196,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import documents_in_flight, fail_abandoned_runs
-    from orchestration.schedules import plan_refresh, recorded_failures, stale_chunk_docs
+    from orchestration.schedules import plan_refresh, recorded_failures, settled_chunk_failures, stale_chunk_docs
     from resources.documents import current_fingerprint
 
     started = time.monotonic()
@@ -229,12 +229,14 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     else:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
-        stale = stale_chunk_docs(store, definitions.project.config_hashes)
-        # A document whose recorded failure is for these very bytes would only fail again: an
-        # unchanged folder is a no-op (exit 0); a raised limit or --force retries it.
+        limits = folder.document_limits()
+        stale = stale_chunk_docs(store, definitions.project.config_hashes, limits)
+        # A document whose recorded failure is for these very bytes (and, a strategy's, this
+        # configuration) would only fail again: an unchanged folder is a no-op (exit 0); a raised
+        # limit or --force retries it.
         selected = set(changes.to_process) | set(
-            plan_refresh(ordered, materialized, graph_order, stale,
-                         recorded_failures(store, current, folder.document_limits())))
+            plan_refresh(ordered, materialized, graph_order, stale, recorded_failures(store, current, limits),
+                         settled_chunks=settled_chunk_failures(store, definitions.project.config_hashes, limits)))
 
     # A run an earlier `chunkyard run` left queued or running died with it (killed, crashed):
     # marked failed, so its documents are not left to it for ever.
@@ -358,7 +360,7 @@ def documents_failed_in_run(store, processed: set[str], tally: RunTally) -> list
         row = store.document(doc_id) or {}
         if row.get("status") == "error":
             tally.note_failure(doc_id, "parse", row.get("error") or "")
-    return [f for doc_id in sorted(tally.failures) for f in tally.failures[doc_id]]
+    return tally.all_failures()
 
 
 def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], elapsed: float) -> None:
@@ -380,11 +382,12 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
             c = counts[name]
             print(f"  {name:<{width}} {c[PASSED]:>5} passed {c[WARN]:>5} warn {c[FAILED]:>5} failed")
     if failed_here:
-        print(f"documents that failed in this run ({len({f.document for f in failed_here})}; "
+        print(f"documents that failed in this run ({len(failed_documents)}; "
               f"one line per failed stage):")
         for failure in failed_here:
             print(f"  {failure.line()}")
-    earlier = [doc_id for doc_id, _ in summary["errors"] if doc_id not in {f.document for f in failed_here}]
+    failed_documents = {f.document for f in failed_here}
+    earlier = sorted({doc_id for doc_id, _ in summary["errors"] if doc_id not in failed_documents})
     if earlier:
         print(f"documents that failed before and did not change: {len(earlier)}, not retried "
               f"(chunkyard status lists them; run --force retries)")

@@ -140,9 +140,9 @@ class RunTally:
         if all(f.stage != stage for f in known):
             known.append(DocumentFailure(document, stage, bare_cause(document, message)))
 
-    def failure_lines(self) -> list[str]:
-        """One line per failure, documents in order of name, each document's in the order seen."""
-        return [f.line() for document in sorted(self.failures) for f in self.failures[document]]
+    def all_failures(self) -> list[DocumentFailure]:
+        """Every failure, documents in order of name, each document's in the order seen."""
+        return [f for document in sorted(self.failures) for f in self.failures[document]]
 
     def check_counts(self) -> dict[str, Counter]:
         """asset.check -> Counter of outcomes over documents."""

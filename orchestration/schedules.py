@@ -52,6 +52,7 @@ def plan_refresh(
     stale_chunks: dict[str, set[str]],
     failures: RecordedFailures = RecordedFailures(),
     in_flight: frozenset[str] | set[str] = frozenset(),
+    settled_chunks: dict[str, set[str]] | None = None,
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
@@ -61,7 +62,9 @@ def plan_refresh(
     ``failures.settled`` documents are never planned (re-running them would fail
     the same way); ``failures.retry`` documents get the whole graph. ``in_flight``
     documents (a queued or running run targets them) are not planned: that run
-    brings them up to date, and a later tick sees what it left.
+    brings them up to date, and a later tick sees what it left. ``settled_chunks``
+    (strategy -> doc_ids, :func:`settled_chunk_failures`): that strategy's assets are
+    not planned for them, even when never materialized (a failed run alone leaves them so).
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
@@ -73,6 +76,9 @@ def plan_refresh(
                 needed |= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
         if doc_id in failures.retry or AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
             needed = set(graph_order)
+        for strategy, docs in (settled_chunks or {}).items():
+            if doc_id in docs:
+                needed -= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
         if needed:
             plan[doc_id] = [k for k in graph_order if k in needed]
     return plan
@@ -96,10 +102,14 @@ def recorded_failures(store: ChunkStore, current: dict[str, str] | None = None,
     return RecordedFailures(settled=frozenset(set(same_bytes) - retry), retry=frozenset(retry))
 
 
-def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str]) -> dict[str, set[str]]:
-    documents = {}
-    with store.connect(read_only=True) as con:
-        documents = dict(con.execute("SELECT doc_id, sha256 FROM documents WHERE status = 'parsed'").fetchall())
+def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str],
+                     limits: DocumentLimits | None = None) -> dict[str, set[str]]:
+    """strategy -> the parsed documents whose ``chunks_<strategy>`` (and embeddings) must be
+    made again: their stored chunks are of other bytes or another configuration, or the
+    strategy failed on them and that failure is not settled (:func:`settled_chunk_failures`)."""
+    documents = _parsed_documents(store)
+    failures = store.strategy_failures()
+    settled = settled_chunk_failures(store, current_config_hashes, limits, documents, failures)
     stale: dict[str, set[str]] = {}
     for strategy, cfg_hash in current_config_hashes.items():
         state = store.chunk_state(strategy)
@@ -107,7 +117,32 @@ def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str]) -
             doc_id for doc_id, sha in documents.items()
             if doc_id in state and (state[doc_id][0] != sha or state[doc_id][1] != cfg_hash)
         }
+        stale[strategy] |= set(failures.get(strategy, {})) & set(documents)
+        stale[strategy] -= settled[strategy]
     return stale
+
+
+def settled_chunk_failures(store: ChunkStore, current_config_hashes: dict[str, str],
+                           limits: DocumentLimits | None = None, documents: dict[str, str] | None = None,
+                           failures: dict[str, dict[str, tuple[str, str, str]]] | None = None) -> dict[str, set[str]]:
+    """strategy -> the parsed documents it failed on (``strategy_failures``) that would fail the
+    same way now: the same bytes and configuration, and not a limit since raised (without
+    ``limits`` every such failure is settled). Like a settled parse failure, never re-run
+    unless forced: in a batch or alone, the same outcome."""
+    documents = _parsed_documents(store) if documents is None else documents
+    failures = store.strategy_failures() if failures is None else failures
+    return {
+        strategy: {doc_id for doc_id, (sha, cfg, error) in failures.get(strategy, {}).items()
+                   if (sha, cfg) == (documents.get(doc_id), cfg_hash)
+                   and (limits is None or would_refuse_again(error, limits))}
+        for strategy, cfg_hash in current_config_hashes.items()
+    }
+
+
+def _parsed_documents(store: ChunkStore) -> dict[str, str]:
+    """doc_id -> sha256 of every parsed document."""
+    with store.connect(read_only=True) as con:
+        return dict(con.execute("SELECT doc_id, sha256 FROM documents WHERE status = 'parsed'").fetchall())
 
 
 def _tick_time(context: ScheduleEvaluationContext) -> datetime:
@@ -136,10 +171,12 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         stale = stale_chunk_docs(store.store(), config_hashes)
         failures = recorded_failures(store.store())
+        settled = settled_chunk_failures(store.store(), config_hashes)
         in_flight = set(documents_in_flight(instance, partitions))
         # The tick's minute: a run key per tick and document, whatever the cron.
         stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures, in_flight).items():
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures, in_flight,
+                                         settled).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

@@ -46,6 +46,15 @@ def stored_status(con) -> list[FolderStatus]:
         if row.kept_chunks:
             entry["kept_documents"] += 1
             entry["kept_chunks"] += row.kept_chunks
+    # Parsed documents a strategy failed on, for the bytes they still have.
+    for root, doc_id, strategy, error in con.execute(
+        """
+        SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
+        FROM strategy_failures f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
+        WHERE d.status = 'parsed' ORDER BY ALL
+        """
+    ).fetchall():
+        folder(root)["failed"].append((doc_id, f"[chunk {strategy}] {bare_cause(doc_id, error)}"))
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
         WITH c AS (SELECT doc_id, strategy, count(*) AS chunks, max(token_count) AS max_tokens

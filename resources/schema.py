@@ -43,9 +43,25 @@ for one key either.
 
 import re
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 STORE_MODES = ("duckdb", "ducklake")
+
+# A strategy's latest failure on a document whose parse succeeded (its chunks could not be made
+# or stored), for the bytes and configuration it failed on: what decides whether the next run
+# retries it (orchestration/schedules.py) and what `status` lists. Removed when that strategy's
+# chunks of the document are next stored.
+STRATEGY_FAILURES_DDL = """
+    CREATE TABLE IF NOT EXISTS strategy_failures (
+        doc_id        VARCHAR   NOT NULL,
+        strategy      VARCHAR   NOT NULL,
+        doc_sha256    VARCHAR   NOT NULL,  -- the bytes it failed on
+        config_hash   VARCHAR   NOT NULL,  -- the strategy configuration it failed under
+        error         VARCHAR   NOT NULL,
+        recorded_at   TIMESTAMP NOT NULL,
+        PRIMARY KEY (doc_id, strategy)
+    )
+"""
 
 EMBEDDING_VECTORS_DDL = """
     CREATE TABLE IF NOT EXISTS embedding_vectors (
@@ -225,6 +241,7 @@ DDL: tuple[str, ...] = (
         PRIMARY KEY (run_id, doc_id, stage, strategy)
     )
     """,
+    STRATEGY_FAILURES_DDL,
 )
 
 # version -> the statements that turn a database of that version into the next one.
@@ -250,6 +267,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 2 -> 3: blocks gain is_title_block; blocks stored before it was kept are not titles.
     2: ("ALTER TABLE blocks ADD COLUMN IF NOT EXISTS is_title_block BOOLEAN DEFAULT false",),
+    # 3 -> 4: strategy failures are recorded (before, only the Dagster partition's metadata had them).
+    3: (STRATEGY_FAILURES_DDL,),
 }
 
 # The version-1 layout of the two tables migration 1 replaces, as shipped in schema

@@ -84,6 +84,10 @@ STAGE_COST_COLUMNS = (
     ("strategy", "VARCHAR"), ("seconds", "DOUBLE"), ("store_seconds", "DOUBLE"), ("model_seconds", "DOUBLE"),
     ("new_embeddings", "INTEGER"), ("cache_hits", "INTEGER"), ("recorded_at", "TIMESTAMP"),
 )
+STRATEGY_FAILURE_COLUMNS = (
+    ("doc_id", "VARCHAR"), ("strategy", "VARCHAR"), ("doc_sha256", "VARCHAR"), ("config_hash", "VARCHAR"),
+    ("error", "VARCHAR"), ("recorded_at", "TIMESTAMP"),
+)
 
 # A write transaction that loses a commit conflict is re-run whole, this many times at
 # most, after a jittered pause growing from WRITE_RETRY_DELAY_S to WRITE_RETRY_MAX_DELAY_S.
@@ -852,7 +856,8 @@ class ChunkStore:
         there leaves the sidecars, which a retry removes.
         """
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            for table in ("chunk_embeddings", "chunks", "doc_tables", "blocks", "pages", "documents"):
+            for table in ("chunk_embeddings", "chunks", "strategy_failures", "doc_tables", "blocks", "pages",
+                          "documents"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc_id])
 
         self.write_transaction(write)
@@ -884,11 +889,37 @@ class ChunkStore:
         doc_ids = list(chunk_sets)
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            con.execute("DELETE FROM chunks WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [strategy, doc_ids])
+            for table in ("chunks", "strategy_failures"):  # stored now: no longer failed
+                con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [strategy, doc_ids])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)
 
         return write
+
+    def record_strategy_failures(self, strategy: str, failures: Mapping[str, tuple[str, str, str]]) -> None:
+        """Record each document's failure of ``strategy`` (doc_id -> (doc sha256, config hash,
+        error)), replacing its earlier one; its stored chunks are left as they are."""
+        if not failures:
+            return
+        doc_ids = list(failures)
+        now = _now()
+        rows = [(doc_id, strategy, sha, cfg, error, now) for doc_id, (sha, cfg, error) in failures.items()]
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            con.execute("DELETE FROM strategy_failures WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [strategy, doc_ids])
+            insert_rows(con, "strategy_failures", STRATEGY_FAILURE_COLUMNS, rows)
+
+        self.write_transaction(write)
+
+    def strategy_failures(self) -> dict[str, dict[str, tuple[str, str, str]]]:
+        """strategy -> doc_id -> (doc sha256, config hash, error) of its recorded failures."""
+        out: dict[str, dict[str, tuple[str, str, str]]] = {}
+        with self.connect(read_only=True) as con:
+            for doc_id, strategy, sha, cfg, error in con.execute(
+                    "SELECT doc_id, strategy, doc_sha256, config_hash, error FROM strategy_failures").fetchall():
+                out.setdefault(strategy, {})[doc_id] = (sha, cfg, error)
+        return out
 
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
         return self.load_chunks_of([doc_id], strategy).get(doc_id, [])
@@ -1048,9 +1079,12 @@ class ChunkStore:
                 f"SELECT strategy, count(*) FROM current_embeddings WHERE doc_id IN ({docs}) GROUP BY strategy",
                 params).fetchall())
             cache = con.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0]
+            # Documents that failed to read or parse, and parsed ones a strategy failed on (their bytes).
             errors = con.execute(
                 "SELECT doc_id, error FROM documents WHERE status = 'error' AND (source_root = $root OR $root IS NULL) "
-                "ORDER BY doc_id", params).fetchall()
+                "UNION ALL SELECT f.doc_id, f.error FROM strategy_failures f JOIN documents d "
+                "ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256 AND d.status = 'parsed' "
+                "WHERE d.source_root = $root OR $root IS NULL ORDER BY ALL", params).fetchall()
         return {"documents": statuses, "chunks": chunks, "embeddings": embeddings,
                 "embedding_cache": cache, "errors": errors}
 

@@ -68,6 +68,8 @@ _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 
 # libxml2's nesting bound when huge_tree is off (xmlParserMaxDepth).
 _XML_MAX_DEPTH = 256
+# How libxml2's messages name those bounds: most suggest XML_PARSE_HUGE, a too long name does not.
+_XML_SAFETY_LIMIT_SIGNS = ("XML_PARSE_HUGE", "Name too long")
 
 
 def _xml_parser() -> etree.XMLParser:
@@ -165,11 +167,12 @@ def _xml(container: zipfile.ZipFile, name: str, source: str, limit: int) -> Any:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
         raise DocumentError(source, f"corrupt DOCX: cannot inflate {name} ({exc})") from None
     except etree.XMLSyntaxError as exc:
-        if "XML_PARSE_HUGE" in str(exc):
+        if any(sign in str(exc) for sign in _XML_SAFETY_LIMIT_SIGNS):
             # Not corrupt: over libxml2's default bounds, which stay on for untrusted input.
             raise DocumentError(source, f"refused: {name} is over the XML parser's safety limits (libxml2 without "
-                                        f"huge_tree: {_XML_MAX_DEPTH} levels of nesting, 10 MB in one text node; "
-                                        f"not a chunkyard setting): {exc}") from None
+                                        f"huge_tree: e.g. {_XML_MAX_DEPTH} levels of nesting, 10 MB in one text "
+                                        f"node or attribute, 50,000 characters in one name; not a chunkyard "
+                                        f"setting): {exc}") from None
         raise DocumentError(source, f"corrupt DOCX: {name} is not well-formed XML ({exc})") from None
 
 

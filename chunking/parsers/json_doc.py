@@ -23,9 +23,11 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
     try:
         # Numbers are validated by the grammar, not converted: JSON allows any number of
         # digits, and converting one of more than 4300 would hit Python's int limit.
-        json.loads(raw, parse_int=_unconverted, parse_float=_unconverted)
+        json.loads(raw, parse_int=_unconverted, parse_float=_unconverted, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise DocumentError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except _NotJson as exc:
+        raise DocumentError(source, f"invalid JSON: {exc} is not a JSON value (Python's decoder accepts it)") from None
     except RecursionError:
         # Valid JSON perhaps, but Python's decoder recurses once per level of nesting.
         raise DocumentError(source, f"JSON nested too deeply to validate: over about {sys.getrecursionlimit()} "
@@ -43,3 +45,11 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
 
 def _unconverted(number: str) -> None:
     return None
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(constant: str) -> None:
+    raise _NotJson(constant)  # NaN, Infinity, -Infinity

@@ -208,6 +208,13 @@ def test_xml_nested_past_the_parsers_safety_limit_is_refused_naming_it():
     assert "256 levels of nesting" in message and "corrupt" not in message
 
 
+def test_an_element_name_past_the_parsers_name_limit_is_refused_naming_it():
+    name = "w:" + "x" * 60_000  # libxml2 says "Name too long", without naming XML_PARSE_HUGE
+    document = f'<?xml version="1.0"?><w:document {W}><w:body><{name}/>{para("x")}</w:body></w:document>'
+    with pytest.raises(DocumentError, match="over the XML parser's safety limits"):
+        parse_bytes(docx_bytes(document_xml=document), "name.docx", "n")
+
+
 def test_zip_bomb_part_is_refused():
     padding = " " * (3 * 1024 * 1024)  # 3 MB of spaces deflates about 1000:1
     document = f'<?xml version="1.0"?><w:document {W}><w:body>{para("x")}{padding}</w:body></w:document>'

@@ -25,6 +25,8 @@ def test_json_is_kept_as_text_on_one_page():
         # Perhaps valid, but beyond what Python's decoder can validate: the refusal names that limit.
         (b"[" * 100000 + b"]" * 100000, "JSON nested too deeply to validate: over about "),
         (b"", "file is empty"),
+        (b'{"a": NaN}', "invalid JSON: NaN is not a JSON value"),  # Python's decoder takes it; JSON does not
+        (b'[1, -Infinity]', "invalid JSON: -Infinity is not a JSON value"),
     ],
 )
 def test_broken_json_raises_document_error(data, cause):

@@ -283,7 +283,7 @@ def test_tally_reads_real_dagster_check_and_failure_events():
     counts = tally.check_counts()
     assert counts["embeddings_recursive.within_model_max_sequence"] == {WARN: 1, PASSED: 1}
     assert counts["parsed_documents.parsed"] == {FAILED: 1}
-    assert tally.failure_lines() == ["broken.pdf  [parse]  PDF is truncated", "x.docx  [parse]  not a zip archive"]
+    assert [f.line() for f in tally.all_failures()] == ["broken.pdf  [parse]  PDF is truncated", "x.docx  [parse]  not a zip archive"]
     assert tally.run_errors == [
         "run 01234567 step chunks_sentence: ValueError: boom (full trace: the run's logs in `make ui`)"]
     assert "a.md" not in tally.failures  # a WARN is not a failed document
@@ -301,7 +301,7 @@ def test_tally_reads_real_dagster_check_and_failure_events():
                 label="intentional-failure", description="big.txt: semantic failed again",
                 metadata={"document": MetadataValue.text("big.txt")}))),
     ]))
-    assert refused.failure_lines() == [
+    assert [f.line() for f in refused.all_failures()] == [
         "big.txt  [chunk semantic]  semantic failed: DocumentLimitError: over limits.chunk_timeout_s",
         "big.txt  [embed recursive]  recursive embedding time is over the limit (limits.embed_timeout_s)"]
 

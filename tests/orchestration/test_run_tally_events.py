@@ -49,4 +49,4 @@ def test_a_failed_check_logged_before_the_step_fails_is_counted(tmp_path):
         tally = RunTally()
         tally.add_run(result, run_events(instance, result.run_id))
     assert tally.check_counts()["parsed_documents.parsed"] == {FAILED: 1}
-    assert tally.failure_lines() == ["broken.pdf  [parse]  PDF is truncated"]
+    assert [f.line() for f in tally.all_failures()] == ["broken.pdf  [parse]  PDF is truncated"]
