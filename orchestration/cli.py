@@ -70,14 +70,19 @@ class InterruptWatch:
     def __enter__(self) -> "InterruptWatch":
         import socket
 
+        self._seen = False
+        self._reader = None
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only (and only it may set the wakeup fd)
         self._reader, self._writer = socket.socketpair()
         for end in (self._reader, self._writer):
             end.setblocking(False)
         self._previous = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
-        self._seen = False
         return self
 
     def seen(self) -> bool:
+        if self._reader is None:
+            return False
         try:
             while data := self._reader.recv(512):
                 self._seen |= bool({signal.SIGINT, signal.SIGTERM} & set(data))
@@ -86,6 +91,8 @@ class InterruptWatch:
         return self._seen
 
     def __exit__(self, *exc) -> None:
+        if self._reader is None:
+            return
         signal.set_wakeup_fd(self._previous)
         self._reader.close()
         self._writer.close()
