@@ -163,17 +163,24 @@ def slow_to_chunk(clock, monkeypatch, marker="SLOW"):
     monkeypatch.setattr(recursive, "split_recursive", split_recursive)
 
 
-def test_a_refusal_on_unchanged_text_and_configuration_says_the_earlier_chunks_still_serve(
-        settings, instance, docs_dir, clock, monkeypatch):
+def refused_when_chunked_again(settings, again, instance, docs_dir, clock, monkeypatch):
+    """slow.txt stored in full under ``settings``, then refused when chunked again under ``again``:
+    the run's result and slow.txt's failed coverage check's description."""
     (docs_dir / "slow.txt").write_text("SLOW text, chunked in time the first time.", encoding="utf-8")
     assert run(settings, instance, "alpha.md", "sub/beta.txt").success
-    slow_to_chunk(clock, monkeypatch)  # the same text, the same configuration: over the limit this time
-    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    slow_to_chunk(clock, monkeypatch)
+    result = run(again, instance, "alpha.md", "sub/beta.txt")
     assert result.success
     passed, description = check_results(result, "chunks_recursive", "coverage")["slow.txt"]
-    assert not passed and description.endswith(
-        "Its chunks from an earlier run, of this same text and configuration, are kept: search and the "
-        "embeddings step still use them.")
+    assert not passed
+    return result, description
+
+
+def test_a_refusal_on_unchanged_text_and_configuration_says_the_earlier_chunks_still_serve(
+        settings, instance, docs_dir, clock, monkeypatch):
+    result, description = refused_when_chunked_again(settings, settings, instance, docs_dir, clock, monkeypatch)
+    assert description.endswith("Its chunks from an earlier run, of this same text and configuration, are kept: "
+                                "search and the embeddings step still use them.")
     # They are the chunks this configuration makes of this text: embedded (from the cache) and checked.
     assert stored(settings, "current_chunks") == set(DOCS)
     embedded = partition_metadata(result, "embeddings_recursive")["slow.txt"]
@@ -183,17 +190,11 @@ def test_a_refusal_on_unchanged_text_and_configuration_says_the_earlier_chunks_s
 
 def test_a_refusal_after_a_configuration_change_keeps_the_earlier_chunks_for_search_only(
         settings, instance, docs_dir, clock, monkeypatch):
-    (docs_dir / "slow.txt").write_text("SLOW text, chunked in time under the first configuration.", encoding="utf-8")
-    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
-    slow_to_chunk(clock, monkeypatch)
     changed = settings.model_copy(update={"strategies": {"recursive": {"chunk_token_size": 30,
                                                                       "chunk_overlap_token_size": 8}}})
-    result = run(changed, instance, "alpha.md", "sub/beta.txt")
-    assert result.success
-    passed, description = check_results(result, "chunks_recursive", "coverage")["slow.txt"]
-    assert not passed and description.endswith(
-        "Its chunks made under an earlier configuration are kept: search still reads them, "
-        "the embeddings step does not.")
+    result, description = refused_when_chunked_again(settings, changed, instance, docs_dir, clock, monkeypatch)
+    assert description.endswith("Its chunks made under an earlier configuration are kept: search still reads "
+                                "them, the embeddings step does not.")
     assert stored(settings, "current_chunks") == set(DOCS)  # same text: search still reads them
     assert "nothing to embed" in partition_metadata(result, "embeddings_recursive")["slow.txt"]["error"]
     assert "slow.txt" not in check_results(result, "embeddings_recursive", "embeddings_complete")
