@@ -202,7 +202,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
-    from orchestration.runlock import documents_in_flight, fail_abandoned_runs
+    from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import plan_refresh, recorded_failures, settled_chunk_failures, stale_chunk_docs
     from resources.documents import current_fingerprint
 
@@ -245,9 +245,9 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
             plan_refresh(ordered, materialized, graph_order, stale, recorded_failures(store, current, limits),
                          settled_chunks=settled_chunk_failures(store, definitions.project.config_hashes, limits)))
 
-    # A run an earlier `chunkyard run` left queued or running died with it (killed, crashed):
-    # marked failed, so its documents are not left to it for ever.
-    abandoned = fail_abandoned_runs(instance, INGEST_TAG)
+    # A run an earlier `chunkyard run` of this host left queued or running died with it
+    # (killed, crashed): marked failed, so its documents are not left to it for ever.
+    abandoned = fail_abandoned_runs(instance)
     if abandoned:
         print(f"chunkyard: {len(abandoned)} run(s) of an earlier chunkyard run that ended without finishing "
               f"them marked failed: {', '.join(r[:8] for r in abandoned[:10])}"
@@ -277,7 +277,8 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         progress.start_run(index, len(batches), documents, retrying)
         watcher = nullcontext() if args.progress == "none" else EventLogWatcher(instance, (BATCH_TAG, token), printer)
         with watcher:
-            result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id},
+            result = execute_job(job, instance=instance, tags={**tags, BATCH_TAG: token, INGEST_TAG: ingest_id,
+                                                               CLI_PROCESS_TAG: cli_process()},
                                  run_config=QUIET, raise_on_error=False)
         tally.add_run(result, run_events(instance, result.run_id))
         stop_if_interrupted(result.run_id)
@@ -308,7 +309,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         # The store changed: strategy_stats describes the store, so refresh it now, under this
         # run's lock, rather than leave the UI showing the previous state until the automation
         # sensor runs (when `make ui` is not running, it never does).
-        stats_run = refresh_strategy_stats(instance, {INGEST_TAG: ingest_id}, tally)
+        stats_run = refresh_strategy_stats(instance, {INGEST_TAG: ingest_id, CLI_PROCESS_TAG: cli_process()}, tally)
         stop_if_interrupted(stats_run)
 
     failed_here = documents_failed_in_run(store, selected, tally)
@@ -388,12 +389,12 @@ def print_summary(store, tally: RunTally, failed_here: list[DocumentFailure], el
         for name in sorted(counts):
             c = counts[name]
             print(f"  {name:<{width}} {c[PASSED]:>5} passed {c[WARN]:>5} warn {c[FAILED]:>5} failed")
+    failed_documents = {f.document for f in failed_here}
     if failed_here:
         print(f"documents that failed in this run ({len(failed_documents)}; "
               f"one line per failed stage):")
         for failure in failed_here:
             print(f"  {failure.line()}")
-    failed_documents = {f.document for f in failed_here}
     earlier = sorted({doc_id for doc_id, _ in summary["errors"] if doc_id not in failed_documents})
     if earlier:
         print(f"documents that failed before and did not change: {len(earlier)}, not retried "

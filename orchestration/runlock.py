@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,22 +146,48 @@ def documents_in_flight(instance, ordered: list[str]) -> dict[str, str]:
     return owners
 
 
-def fail_abandoned_runs(instance, owner_tag: str) -> list[str]:
-    """Mark failed the runs carrying ``owner_tag`` (a `chunkyard run`'s) that are still queued or
-    running; their ids. Call with the run lock held.
+CLI_PROCESS_TAG = "chunkyard/cli_process"  # "<host>:<pid>" of the `chunkyard run` executing the run
 
-    `chunkyard run` executes its runs in its own process, under this lock. So holding the lock
-    means the process that started any such run is gone (SIGKILL, a crash, a reboot): the run
-    will never finish, yet :func:`documents_in_flight` would leave its documents to it for ever.
-    Runs without the tag (the UI's, the sensors') run elsewhere and are left alone.
+
+def cli_process() -> str:
+    """This process, as :data:`CLI_PROCESS_TAG` names it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_abandoned_runs(instance) -> list[str]:
+    """Mark failed the runs a `chunkyard run` of this host executed in its own process that are
+    still queued or running although that process is gone (SIGKILL, a crash); their ids.
+
+    `chunkyard run` executes its runs in its own process, so such a run will never finish,
+    yet :func:`documents_in_flight` would leave its documents to it for ever. Only runs whose
+    :data:`CLI_PROCESS_TAG` names this host and a pid that no longer exists are touched: a
+    run of a live process, of another host (each has its own run lock, the run storage may be
+    shared), a re-execution (it inherits the tags, but the daemon runs it) or any run without
+    the tag (the UI's, the sensors') is left alone. A reused pid only makes a dead run wait.
     """
     from dagster import DagsterRunStatus, RunsFilter
 
     in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
                  DagsterRunStatus.STARTED]
-    abandoned = [run for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)) if owner_tag in run.tags]
-    for run in abandoned:
+    host = socket.gethostname()
+    abandoned = []
+    for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)):
+        owner = run.tags.get(CLI_PROCESS_TAG, "")
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host != host or not pid.isdigit() or "dagster/parent_run_id" in run.tags or _alive(int(pid)):
+            continue
         instance.report_run_failed(
-            run, "the chunkyard run that executed this run ended before it finished (its process no longer "
-                 "holds the run lock); marked failed so that its documents are processed again")
-    return [run.run_id for run in abandoned]
+            run, f"the chunkyard run that executed this run (process {pid}) ended before it finished; marked "
+                 f"failed so that its documents are processed again")
+        abandoned.append(run.run_id)
+    return abandoned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    return True

@@ -103,26 +103,35 @@ def test_a_run_killed_outright_does_not_keep_its_documents_from_the_next_run(tmp
         assert con.execute("SELECT count(DISTINCT doc_id) FROM current_embeddings").fetchone()[0] == 3
 
 
-def test_only_a_chunkyard_runs_own_runs_are_marked_abandoned(tmp_path):
+def test_only_runs_of_a_dead_chunkyard_run_of_this_host_are_marked_abandoned(tmp_path):
     from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
-    from assets.costs import INGEST_TAG
-    from orchestration.runlock import documents_in_flight, fail_abandoned_runs
+    from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    host = cli_process().rpartition(":")[0]
+    dead, live = f"{host}:{gone.pid}", cli_process()
 
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
-        cli = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.STARTED,
-                                          tags={INGEST_TAG: "x", "dagster/partition": "a.txt"}))
-        queued = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.NOT_STARTED,
-                                             tags={INGEST_TAG: "x", "dagster/partition": "b.txt"}))
-        done = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.SUCCESS,
-                                           tags={INGEST_TAG: "x", "dagster/partition": "c.txt"}))
-        sensor = instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.STARTED,
-                                             tags={"dagster/partition": "d.txt"}))
-        assert sorted(fail_abandoned_runs(instance, INGEST_TAG)) == sorted([cli.run_id, queued.run_id])
+        def add(status, doc, **tags):
+            return instance.add_run(DagsterRun(job_name="ingest_job", status=status,
+                                               tags={**tags, "dagster/partition": doc})).run_id
+
+        started = add(DagsterRunStatus.STARTED, "a.txt", **{CLI_PROCESS_TAG: dead})
+        queued = add(DagsterRunStatus.NOT_STARTED, "b.txt", **{CLI_PROCESS_TAG: dead})
+        done = add(DagsterRunStatus.SUCCESS, "c.txt", **{CLI_PROCESS_TAG: dead})
+        sensor = add(DagsterRunStatus.STARTED, "d.txt")
+        alive = add(DagsterRunStatus.STARTED, "e.txt", **{CLI_PROCESS_TAG: live})
+        elsewhere = add(DagsterRunStatus.STARTED, "f.txt", **{CLI_PROCESS_TAG: f"another-host:{gone.pid}"})
+        again = add(DagsterRunStatus.NOT_STARTED, "g.txt", **{CLI_PROCESS_TAG: dead, "dagster/parent_run_id": started})
+        assert sorted(fail_abandoned_runs(instance)) == sorted([started, queued])
         status = {r.run_id: r.status for r in instance.get_runs()}
-        assert status[cli.run_id] == status[queued.run_id] == DagsterRunStatus.FAILURE
-        assert status[done.run_id] == DagsterRunStatus.SUCCESS and status[sensor.run_id] == DagsterRunStatus.STARTED
-        assert documents_in_flight(instance, ["a.txt", "b.txt", "c.txt", "d.txt"]) == {"d.txt": sensor.run_id}
+        assert status[started] == status[queued] == DagsterRunStatus.FAILURE
+        assert status[done] == DagsterRunStatus.SUCCESS and status[again] == DagsterRunStatus.NOT_STARTED
+        assert status[sensor] == status[alive] == status[elsewhere] == DagsterRunStatus.STARTED
+        assert set(documents_in_flight(instance, [f"{c}.txt" for c in "abcdefg"])) == {"d.txt", "e.txt", "f.txt",
+                                                                                       "g.txt"}
 
 
 def test_the_watch_sees_a_signal_another_handler_swallowed():
