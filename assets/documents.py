@@ -34,7 +34,7 @@ from chunking.limits import DocumentLimits, LimitExceeded
 from chunking.model import ParsedDocument
 from chunking.parsers import DocumentError
 from chunking.parsers.worker import parse_in_worker
-from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint
+from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint, unreadable_fingerprint
 from resources.store import ChunkStore, StoreResource, Write
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,9 @@ def read_source(doc_id: str, sources: dict[str, SourceFile], limits: DocumentLim
     try:
         sha = source_fingerprint(source)
     except OSError as exc:
-        return ReadOutcome(doc_id, None, source.size_bytes, f"{source.relative_path}: cannot be read: {exc.strerror or exc}")
+        # Recorded under the fingerprint the next scan gives it, so an unchanged folder is a no-op.
+        return ReadOutcome(doc_id, unreadable_fingerprint(exc), source.size_bytes,
+                           f"{source.relative_path}: cannot be read: {exc.strerror or exc}")
     if source.refusal is not None:
         return ReadOutcome(doc_id, sha, source.size_bytes, source.refusal)
     if source.size_bytes > limits.max_bytes:

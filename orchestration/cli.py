@@ -213,6 +213,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     store = store_resource.store()
     store.initialize()
     store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
+    store.forget_strategy_failures(list(definitions.project.config_hashes))
     instance = DagsterInstance.get()
 
     sources = folder.scan()

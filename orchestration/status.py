@@ -46,14 +46,18 @@ def stored_status(con) -> list[FolderStatus]:
         if row.kept_chunks:
             entry["kept_documents"] += 1
             entry["kept_chunks"] += row.kept_chunks
-    # Parsed documents a strategy failed on, for the bytes they still have.
-    for root, doc_id, strategy, error in con.execute(
+    # Parsed documents a strategy failed on, for the bytes they still have (none recorded in a
+    # schema-3 file not yet opened for writing).
+    from resources.store import has_table  # here: this module stays light for the CLI's import
+
+    failures = con.execute(
         """
         SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
         FROM strategy_failures f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
         WHERE d.status = 'parsed' ORDER BY ALL
         """
-    ).fetchall():
+    ).fetchall() if has_table(con, "strategy_failures") else []
+    for root, doc_id, strategy, error in failures:
         folder(root)["failed"].append((doc_id, f"[chunk {strategy}] {bare_cause(doc_id, error)}"))
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
@@ -122,7 +126,7 @@ def format_status(folders: Sequence[FolderStatus], location: str) -> str:
             table = format_table(["strategy", "documents", "chunks", "embeddings", "max tokens"], rows)
             lines += ["  " + line for line in table.splitlines()]
         if folder.failed:
-            lines.append(f"  failed documents ({len(folder.failed)}):")
+            lines.append(f"  failed documents ({len({doc_id for doc_id, _ in folder.failed})}; one line per failure):")
             lines += [f"    {doc_id}  {cause}" for doc_id, cause in folder.failed]
         if folder.kept_documents:
             lines.append(f"  kept from an earlier good parse, not current (not counted above, not searched): "

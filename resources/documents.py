@@ -201,7 +201,13 @@ def current_fingerprint(source: SourceFile) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return "unreadable:" + hashlib.sha256(str(exc).encode("utf-8", "surrogateescape")).hexdigest()
+        return unreadable_fingerprint(exc)
+
+
+def unreadable_fingerprint(exc: OSError) -> str:
+    """What stands for the bytes of a file that cannot be read: a digest of why. Recorded with its
+    read error, it lets the next scan see the same file in the same state (not retried)."""
+    return "unreadable:" + hashlib.sha256(str(exc).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def source_stat(source: SourceFile) -> os.stat_result:

@@ -896,6 +896,12 @@ class ChunkStore:
 
         return write
 
+    def forget_strategy_failures(self, strategies: Sequence[str]) -> None:
+        """Drop the recorded failures of every strategy not in ``strategies`` (those configured):
+        a strategy removed from the configuration has nothing left to retry or list."""
+        self.write_transaction(lambda con: con.execute(
+            "DELETE FROM strategy_failures WHERE NOT list_contains(?::VARCHAR[], strategy)", [list(strategies)]))
+
     def record_strategy_failures(self, strategy: str, failures: Mapping[str, tuple[str, str, str]]) -> None:
         """Record each document's failure of ``strategy`` (doc_id -> (doc sha256, config hash,
         error)), replacing its earlier one; its stored chunks are left as they are."""
@@ -916,6 +922,8 @@ class ChunkStore:
         """strategy -> doc_id -> (doc sha256, config hash, error) of its recorded failures."""
         out: dict[str, dict[str, tuple[str, str, str]]] = {}
         with self.connect(read_only=True) as con:
+            if not has_table(con, "strategy_failures"):  # a schema-3 file not yet opened for writing
+                return out
             for doc_id, strategy, sha, cfg, error in con.execute(
                     "SELECT doc_id, strategy, doc_sha256, config_hash, error FROM strategy_failures").fetchall():
                 out.setdefault(strategy, {})[doc_id] = (sha, cfg, error)
@@ -1080,11 +1088,12 @@ class ChunkStore:
                 params).fetchall())
             cache = con.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0]
             # Documents that failed to read or parse, and parsed ones a strategy failed on (their bytes).
+            failures = ("UNION ALL SELECT f.doc_id, f.error FROM strategy_failures f JOIN documents d "
+                        "ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256 AND d.status = 'parsed' "
+                        "WHERE d.source_root = $root OR $root IS NULL ") if has_table(con, "strategy_failures") else ""
             errors = con.execute(
                 "SELECT doc_id, error FROM documents WHERE status = 'error' AND (source_root = $root OR $root IS NULL) "
-                "UNION ALL SELECT f.doc_id, f.error FROM strategy_failures f JOIN documents d "
-                "ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256 AND d.status = 'parsed' "
-                "WHERE d.source_root = $root OR $root IS NULL ORDER BY ALL", params).fetchall()
+                f"{failures}ORDER BY ALL", params).fetchall()
         return {"documents": statuses, "chunks": chunks, "embeddings": embeddings,
                 "embedding_cache": cache, "errors": errors}
 
@@ -1240,6 +1249,12 @@ def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path | str, sour
     if message:
         raise SourceRootConflict(message)
     con.execute("INSERT INTO schema_info VALUES ('source_root', ?)", [source_root])
+
+
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the connected store has ``name`` (a file of an older schema read read-only lacks newer tables)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND database_name = "
+                            "current_database()", [name]).fetchone()[0])
 
 
 def _sql_string(path: Path) -> str:

@@ -178,18 +178,28 @@ def _sidecar_refusal(blocks_path: Path, path: Path, sha256: str, limits: Documen
     return None
 
 
+# Namesakes hashed at most when a sidecar's hash is not the document's: a folder holding
+# hundreds of case variants of one name must not make every parse read them all.
+_MAX_NAMESAKES = 8
+
+
 def _namesake_with_hash(path: Path, sha256: str, max_bytes: int) -> Path | None:
-    """Another document beside ``path`` with the same stem whose bytes have this sha256, if any."""
-    for other in sorted(path.parent.glob(glob.escape(path.stem) + ".*")):
-        if other == path or other.stem != path.stem or other.suffix.lower() not in _FORMATS:
-            continue
-        if other.is_symlink() or not other.is_file() or other.stat().st_size > max_bytes:
-            continue
+    """Another document beside ``path`` with the same stem whose bytes have this sha256, if any
+    (regular files within ``max_bytes``, the first :data:`_MAX_NAMESAKES` by name, streamed)."""
+    namesakes = [other for other in sorted(path.parent.glob(glob.escape(path.stem) + ".*"))
+                 if other != path and other.stem == path.stem and other.suffix.lower() in _FORMATS]
+    for other in namesakes[:_MAX_NAMESAKES]:
         try:
-            if hashlib.sha256(other.read_bytes()).hexdigest() == sha256:
-                return other
+            if other.is_symlink() or not other.is_file() or other.stat().st_size > max_bytes:
+                continue
+            digest = hashlib.sha256()
+            with open(other, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
         except OSError:
             continue
+        if digest.hexdigest() == sha256:
+            return other
     return None
 
 

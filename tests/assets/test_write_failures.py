@@ -47,6 +47,11 @@ def test_the_only_document_written_fails_alone_when_its_rows_cannot_be_stored(se
     assert not passed and "sub/beta.txt: recursive chunks could not be stored (nothing of them was)" in description
     assert "could not be stored" in partition_metadata(result, "chunks_recursive")["sub/beta.txt"]["error"]
     assert stored(settings, "chunks") == set()
+    # The strategy's own refusal is recorded (the next run leaves it while it would recur); the
+    # store's refusal is not: it may be the store's passing trouble, so the next run retries it.
+    from resources.store import ChunkStore
+
+    assert set(ChunkStore(settings.db_path).strategy_failures()["recursive"]) == {"slow.txt"}
 
     # Alone, it fails its run, with the cause on its check.
     job = build_project(settings).defs.resolve_job_def(INGEST_JOB)

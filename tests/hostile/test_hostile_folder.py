@@ -324,4 +324,10 @@ def test_a_file_that_vanished_or_cannot_be_read_gets_a_fingerprint_that_says_so(
     assert current_fingerprint(sources["alpha.md"]) is None
     (docs_dir / "alpha.md").mkdir()  # replaced by a folder: reading it fails
     assert current_fingerprint(sources["alpha.md"]).startswith("unreadable:")
+    # Its read error is recorded under that same fingerprint, so the next scan finds it unchanged.
+    from assets.documents import read_source
+    from chunking.limits import DocumentLimits
+
+    read = read_source("alpha.md", sources, DocumentLimits())
+    assert read.sha256 == current_fingerprint(sources["alpha.md"]) and "alpha.md: cannot be read: " in read.error
     assert current_fingerprint(sources["sub/beta.txt"]) == source_fingerprint(sources["sub/beta.txt"])

@@ -367,3 +367,39 @@ def test_a_retried_steps_stage_costs_replace_its_rows_and_keep_the_others(store)
         ("r0", "a", "recursive", 4.0), ("r1", "a", "recursive", 5.0), ("r1", "a", "sentence", 3.0),
         ("r1", "b", "recursive", 6.0),
     ]
+
+
+def test_a_schema_3_file_reads_read_only_before_any_write_migrates_it(file_store):
+    from orchestration.status import stored_status
+
+    store = file_store
+    store.initialize()
+    store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
+    with duckdb.connect(str(store.path)) as con:  # as schema 3 left it: no strategy_failures
+        con.execute("DROP TABLE strategy_failures")
+        con.execute("UPDATE schema_info SET value = '3' WHERE key = 'schema_version'")
+    # Read-only callers (status, the nightly schedule, the summary) do not migrate: they read none.
+    assert store.strategy_failures() == {}
+    assert store.summary()["errors"] == []
+    with store.connect(read_only=True) as con:
+        assert [f.failed for f in stored_status(con)] == [[]]
+    store.initialize()  # the first write migrates
+    assert query(store, "SELECT value FROM schema_info WHERE key = 'schema_version'") == [(str(schema.SCHEMA_VERSION),)]
+    store.record_strategy_failures("recursive", {"a.txt": ("sha", "cfg", "a.txt: refused")})
+    assert store.strategy_failures() == {"recursive": {"a.txt": ("sha", "cfg", "a.txt: refused")}}
+
+
+def test_strategy_failures_are_replaced_cleared_when_stored_and_forgotten_with_their_strategy(store):
+    store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
+    store.record_strategy_failures("recursive", {"a.txt": ("sha", "cfg", "first")})
+    store.record_strategy_failures("recursive", {"a.txt": ("sha", "cfg2", "second")})
+    store.record_strategy_failures("token", {"a.txt": ("sha", "cfg", "token's")})
+    assert store.strategy_failures() == {"recursive": {"a.txt": ("sha", "cfg2", "second")},
+                                         "token": {"a.txt": ("sha", "cfg", "token's")}}
+    store.write_transaction(store.replacing_chunks("recursive", {"a.txt": ([chunk("a")], "sha")}, config_hash="cfg2"))
+    assert set(store.strategy_failures()) == {"token"}  # stored now: no longer failed
+    store.forget_strategy_failures(["recursive"])  # token is no longer configured
+    assert store.strategy_failures() == {}
+    store.record_strategy_failures("recursive", {"a.txt": ("sha", "cfg", "x")})
+    store.delete_document("a.txt")
+    assert store.strategy_failures() == {}
