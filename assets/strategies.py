@@ -191,7 +191,6 @@ def build_strategy_assets(
         to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
         failed: dict[str, str] = {}  # doc_id -> its sha256: chunks not made or not stored
-        not_stored: set[str] = set()  # of those, the ones the store refused
         limits = documents.document_limits()
         # Read once for the step (in lake mode every query costs catalog round trips).
         parses = chunk_store.load_parsed_of(context.partition_keys)
@@ -241,7 +240,6 @@ def build_strategy_assets(
                 context.log.error(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
                 failed[doc_id] = doc.sha256
-                not_stored.add(doc_id)
                 continue
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
             cost = StageCost(doc_id, "chunk", strategy_name, compute_seconds + store_share[doc_id], store_share[doc_id])
@@ -257,7 +255,7 @@ def build_strategy_assets(
         # write the store refused: that may be the store's passing trouble, so it is retried.
         chunk_store.record_strategy_failures(
             strategy_name,
-            {doc_id: (sha, cfg_hash, errors[doc_id]) for doc_id, sha in failed.items() if doc_id not in not_stored})
+            {doc_id: (sha, cfg_hash, errors[doc_id]) for doc_id, sha in failed.items() if doc_id not in write_failures})
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
             if doc_id in outcomes:  # not an unparsed document: its parse check already says why

@@ -135,12 +135,8 @@ def documents_of_run(tags: dict[str, str], ordered: list[str]) -> set[str]:
 
 def documents_in_flight(instance, ordered: list[str]) -> dict[str, str]:
     """document -> id of a queued or running run of this instance that targets it."""
-    from dagster import DagsterRunStatus, RunsFilter
-
-    in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-                 DagsterRunStatus.STARTED]
     owners: dict[str, str] = {}
-    for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)):
+    for run in _runs_in_flight(instance):
         for doc in documents_of_run(run.tags, ordered):
             owners.setdefault(doc, run.run_id)
     return owners
@@ -165,13 +161,9 @@ def fail_abandoned_runs(instance) -> list[str]:
     shared), a re-execution (it inherits the tags, but the daemon runs it) or any run without
     the tag (the UI's, the sensors') is left alone. A reused pid only makes a dead run wait.
     """
-    from dagster import DagsterRunStatus, RunsFilter
-
-    in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-                 DagsterRunStatus.STARTED]
     host = socket.gethostname()
     abandoned = []
-    for run in instance.get_runs(filters=RunsFilter(statuses=in_flight)):
+    for run in _runs_in_flight(instance):
         owner = run.tags.get(CLI_PROCESS_TAG, "")
         owner_host, _, pid = owner.rpartition(":")
         if owner_host != host or not pid.isdigit() or "dagster/parent_run_id" in run.tags or _alive(int(pid)):
@@ -181,6 +173,15 @@ def fail_abandoned_runs(instance) -> list[str]:
                  f"failed so that its documents are processed again")
         abandoned.append(run.run_id)
     return abandoned
+
+
+def _runs_in_flight(instance) -> list:
+    """The instance's runs that are queued or running."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                 DagsterRunStatus.STARTED]
+    return instance.get_runs(filters=RunsFilter(statuses=in_flight))
 
 
 def _alive(pid: int) -> bool:
