@@ -34,7 +34,9 @@ from chunking.limits import DocumentLimits, LimitExceeded
 from chunking.model import ParsedDocument
 from chunking.parsers import DocumentError
 from chunking.parsers.worker import parse_in_worker
-from resources.documents import DocumentsFolder, SourceFile, is_inside, source_fingerprint, unreadable_fingerprint
+from resources.documents import (
+    DocumentsFolder, SourceFile, data_version, is_inside, sidecars_digest, source_fingerprint, unreadable_fingerprint,
+)
 from resources.store import ChunkStore, StoreResource, Write
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,8 @@ def _fail_single(
     **DOCUMENT_ASSET_ARGS,
     group_name="documents",
     check_specs=check_specs(RAW, RAW_CHECKS),
-    description="The bytes of each document in the documents folder; data version = sha256 of the bytes.",
+    description="The bytes of each document in the documents folder; data version = sha256 of the bytes "
+    "(+ a digest of the LightRAG sidecars beside it, when it has any).",
 )
 def raw_documents(
     context: AssetExecutionContext, documents: DocumentsFolder, store: StoreResource
@@ -184,6 +187,9 @@ def parsed_documents(
         if source is None:
             error = f"{doc_id}: the file no longer exists in the documents folder"
         else:
+            # Taken before the parse reads them: a sidecar edited meanwhile makes the next scan
+            # see a change (parsed again), never a stale parse recorded as current.
+            sidecars = sidecars_digest(source.readable_path) if source.refusal is None else None
             try:
                 doc = parse_source(source, limits, documents.root_path)
             except DocumentError as exc:
@@ -202,7 +208,8 @@ def parsed_documents(
             # A refusal's cost counts too: a parse killed at its time limit is the slowest.
             metadata[doc_id] = {"error": error}
         else:
-            writes[doc_id] = ("parsed", (doc, source.relative_path, source.size_bytes))
+            writes[doc_id] = ("parsed", (doc, source.relative_path, source.size_bytes,
+                                         data_version(doc.sha256, sidecars)))
             parsed[doc_id] = doc
             shape = {"format": doc.format, "encoding": doc.encoding or "", "pages": len(doc.pages),
                      "blocks": len(doc.blocks), "tables": len(doc.tables), "chars": len(doc.text),

@@ -203,7 +203,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
-    from orchestration.schedules import plan_refresh, recorded_failures, settled_chunk_failures, stale_chunk_docs
+    from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
     from resources.documents import current_fingerprint
 
     started = time.monotonic()
@@ -238,13 +238,13 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         limits = folder.document_limits()
-        stale = stale_chunk_docs(store, definitions.project.config_hashes, limits)
+        chunks = chunk_refresh(store, definitions.project.config_hashes, limits)
         # A document whose recorded failure is for these very bytes (and, a strategy's, this
         # configuration) would only fail again: an unchanged folder is a no-op (exit 0); a raised
         # limit or --force retries it.
         selected = set(changes.to_process) | set(
-            plan_refresh(ordered, materialized, graph_order, stale, recorded_failures(store, current, limits),
-                         settled_chunks=settled_chunk_failures(store, definitions.project.config_hashes, limits)))
+            plan_refresh(ordered, materialized, graph_order, chunks.stale, recorded_failures(store, current, limits),
+                         settled_chunks=chunks.settled))
 
     # A run an earlier `chunkyard run` of this host left queued or running died with it
     # (killed, crashed): marked failed, so its documents are not left to it for ever.

@@ -17,6 +17,7 @@ more frequent than the runs are long, each tick would otherwise request it again
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from dagster import (
     AssetKey,
@@ -63,7 +64,7 @@ def plan_refresh(
     the same way); ``failures.retry`` documents get the whole graph. ``in_flight``
     documents (a queued or running run targets them) are not planned: that run
     brings them up to date, and a later tick sees what it left. ``settled_chunks``
-    (strategy -> doc_ids, :func:`settled_chunk_failures`): that strategy's assets are
+    (strategy -> doc_ids, :func:`chunk_refresh`): that strategy's assets are
     not planned for them, even when never materialized (a failed run alone leaves them so).
     """
     plan: dict[str, list[AssetKey]] = {}
@@ -102,14 +103,23 @@ def recorded_failures(store: ChunkStore, current: dict[str, str] | None = None,
     return RecordedFailures(settled=frozenset(set(same_bytes) - retry), retry=frozenset(retry))
 
 
-def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str],
-                     limits: DocumentLimits | None = None) -> dict[str, set[str]]:
-    """strategy -> the parsed documents whose ``chunks_<strategy>`` (and embeddings) must be
-    made again: their stored chunks are of other bytes or another configuration, or the
-    strategy failed on them and that failure is not settled (:func:`settled_chunk_failures`)."""
+class ChunkRefresh(NamedTuple):
+    """What the chunk assets of the parsed documents need (:func:`chunk_refresh`): strategy -> doc_ids."""
+
+    stale: dict[str, set[str]]  # chunks (and embeddings) to make again
+    settled: dict[str, set[str]]  # failed, and would fail the same way now: not re-run unless forced
+
+
+def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
+                  limits: DocumentLimits | None = None) -> ChunkRefresh:
+    """Per strategy, the parsed documents whose ``chunks_<strategy>`` (and embeddings) must be
+    made again -- their stored chunks are of another data version or configuration, or the
+    strategy failed on them and that failure is not settled -- and those whose failure is
+    settled (:func:`settled_chunk_failures`). One read of the parsed documents and failures
+    serves both (the CLI and the nightly schedule plan with both)."""
     documents = _parsed_documents(store)
     failures = store.strategy_failures()
-    settled = settled_chunk_failures(store, current_config_hashes, limits, documents, failures)
+    settled = settled_chunk_failures(current_config_hashes, documents, failures, limits)
     stale: dict[str, set[str]] = {}
     for strategy, cfg_hash in current_config_hashes.items():
         state = store.chunk_state(strategy)
@@ -119,18 +129,17 @@ def stale_chunk_docs(store: ChunkStore, current_config_hashes: dict[str, str],
         }
         stale[strategy] |= set(failures.get(strategy, {})) & set(documents)
         stale[strategy] -= settled[strategy]
-    return stale
+    return ChunkRefresh(stale, settled)
 
 
-def settled_chunk_failures(store: ChunkStore, current_config_hashes: dict[str, str],
-                           limits: DocumentLimits | None = None, documents: dict[str, str] | None = None,
-                           failures: dict[str, dict[str, tuple[str, str, str]]] | None = None) -> dict[str, set[str]]:
-    """strategy -> the parsed documents it failed on (``strategy_failures``) that would fail the
-    same way now: the same bytes and configuration, and not a limit since raised (without
+def settled_chunk_failures(current_config_hashes: dict[str, str], documents: dict[str, str],
+                           failures: dict[str, dict[str, tuple[str, str, str]]],
+                           limits: DocumentLimits | None = None) -> dict[str, set[str]]:
+    """strategy -> the parsed documents (``documents``: doc_id -> data version) it failed on
+    (``failures``, as ``ChunkStore.strategy_failures`` gives them) that would fail the same way
+    now: the same data version and configuration, and not a limit since raised (without
     ``limits`` every such failure is settled). Like a settled parse failure, never re-run
     unless forced: in a batch or alone, the same outcome."""
-    documents = _parsed_documents(store) if documents is None else documents
-    failures = store.strategy_failures() if failures is None else failures
     return {
         strategy: {doc_id for doc_id, (sha, cfg, error) in failures.get(strategy, {}).items()
                    if (sha, cfg) == (documents.get(doc_id), cfg_hash)
@@ -169,14 +178,13 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         instance = context.instance
         partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
-        stale = stale_chunk_docs(store.store(), config_hashes)
+        chunks = chunk_refresh(store.store(), config_hashes)
         failures = recorded_failures(store.store())
-        settled = settled_chunk_failures(store.store(), config_hashes)
         in_flight = set(documents_in_flight(instance, partitions))
         # The tick's minute: a run key per tick and document, whatever the cron.
         stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, stale, failures, in_flight,
-                                         settled).items():
+        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, chunks.stale, failures, in_flight,
+                                         chunks.settled).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

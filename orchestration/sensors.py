@@ -30,7 +30,7 @@ from dagster import (
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
 from orchestration.runlock import lock_holder
-from resources.documents import DocumentsFolder, current_fingerprint, source_stat
+from resources.documents import DocumentsFolder, current_fingerprint, sidecars_stat, source_stat
 from resources.store import StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
@@ -81,13 +81,15 @@ def documents_sensor(
         except OSError:
             stat = None  # gone since the listing, or unreadable: current_fingerprint says which
         prev = previous.get(doc_id)
-        if stat is not None and prev and prev[1] == stat.st_size and prev[2] == stat.st_mtime_ns:
+        # The sidecars beside it are part of its content too (resources.documents.data_version).
+        sidecars = sidecars_stat(source) if stat is not None else []
+        if stat is not None and prev and prev[1:] == [stat.st_size, stat.st_mtime_ns, sidecars]:
             sha = prev[0]
         else:
             sha = current_fingerprint(source)
             if sha is None:
                 continue
-        state[doc_id] = [sha, -1, -1] if stat is None else [sha, stat.st_size, stat.st_mtime_ns]
+        state[doc_id] = [sha, -1, -1, []] if stat is None else [sha, stat.st_size, stat.st_mtime_ns, sidecars]
 
     changes = diff_folder({d: e[0] for d, e in state.items()}, known_sha)
     if skip := _cli_owns_documents(context):

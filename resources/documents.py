@@ -15,6 +15,11 @@ its document fails alone, with a message naming the rule) but carries a
 ``refusal`` and is never opened. So does a file that is not a regular file (a
 named pipe, a socket, a device, or a link to one): opening a FIFO waits for a
 writer forever and a device never ends. Symbolic links to directories are not followed.
+
+A document's fingerprint (its data version) is the sha256 of its bytes, plus a
+digest of the LightRAG sidecars beside it when it has any (``report.blocks.jsonl``,
+``report.tables.json``): the parse reads them instead of the bytes, so editing,
+adding or removing one is a change of the document as well (:func:`data_version`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from chunking.limits import DocumentLimits
-from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path
+from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path, sidecars_beside
 
 log = logging.getLogger(__name__)
 
@@ -185,12 +190,70 @@ def sha256_file(path: Path) -> str:
 
 
 def source_fingerprint(source: SourceFile) -> str:
-    """What identifies a document's current content: sha256 of its real bytes, or
-    for a refused link a digest of the refusal (it changes when the link does) so
-    an unchanged refused link is not re-run. Never opens a refused file."""
+    """What identifies a document's current content: its :func:`data_version` (sha256 of its
+    real bytes, with its sidecars' digest when it has any), or for a refused link a digest of
+    the refusal (it changes when the link does) so an unchanged refused link is not re-run.
+    Never opens a refused file."""
     if source.refusal is not None:
         return "refused:" + hashlib.sha256(source.refusal.encode("utf-8", "surrogateescape")).hexdigest()
-    return sha256_file(source.readable_path)
+    path = source.readable_path
+    return data_version(sha256_file(path), sidecars_digest(path))
+
+
+def data_version(doc_sha256: str, sidecars: str | None) -> str:
+    """The version of a document's content the store records and compares: the sha256 of its
+    bytes alone when no sidecar is beside it (so a folder without sidecars keeps the versions
+    it always had), else ``<sha256>+sidecars:<digest>``, which changes with the sidecars."""
+    return doc_sha256 if sidecars is None else f"{doc_sha256}+sidecars:{sidecars}"
+
+
+def sidecars_digest(path: Path) -> str | None:
+    """16 hex digits of sha256 over the state of the sidecars the parse of the document at
+    ``path`` looks for (``chunking.parsers.sidecars_beside``), or ``None`` when neither exists.
+
+    Each one present counts by its bytes (streamed), or, never opened, by what else it is: a
+    symbolic link by its target (the parse refuses to follow it), a FIFO or device by its kind,
+    one that cannot be read by why. So any change that can change the parse changes the digest."""
+    parts = []
+    for sidecar in sidecars_beside(path):
+        try:
+            info = sidecar.lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            parts.append(f"{sidecar.name}: cannot be examined: {exc.strerror or exc}")
+            continue
+        try:
+            if stat.S_ISLNK(info.st_mode):
+                parts.append(f"{sidecar.name}: link to {os.readlink(sidecar)}")
+            elif not stat.S_ISREG(info.st_mode):
+                parts.append(f"{sidecar.name}: {_special_file_kind(info.st_mode)}")
+            else:
+                parts.append(f"{sidecar.name}: {sha256_file(sidecar)}")
+        except FileNotFoundError:
+            continue  # gone since the lstat
+        except OSError as exc:
+            parts.append(f"{sidecar.name}: cannot be read: {exc.strerror or exc}")
+    if not parts:
+        return None
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def sidecars_stat(source: SourceFile) -> list[list[int]]:
+    """(size, mtime_ns) of each sidecar beside a readable document (``[-1, -1]`` where there is
+    none): with the document's own stat, what tells the sensor it need not hash it again."""
+    if source.refusal is not None:
+        return []
+    out = []
+    for sidecar in sidecars_beside(source.readable_path):
+        try:
+            info = sidecar.lstat()
+            out.append([info.st_size, info.st_mtime_ns])
+        except FileNotFoundError:
+            out.append([-1, -1])
+        except OSError as exc:
+            out.append([-2, exc.errno or 0])
+    return out
 
 
 def current_fingerprint(source: SourceFile) -> str | None:

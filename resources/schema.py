@@ -107,7 +107,7 @@ DDL: tuple[str, ...] = (
         doc_id       VARCHAR PRIMARY KEY,   -- the partition key: cleaned relative path
         source_root  VARCHAR NOT NULL,      -- absolute path of the documents folder
         source_path  VARCHAR NOT NULL,      -- relative to source_root
-        sha256       VARCHAR NOT NULL,      -- of the raw bytes: the data version
+        sha256       VARCHAR NOT NULL,      -- the data version: of the raw bytes (+sidecars:<digest> when it has sidecars)
         size_bytes   BIGINT  NOT NULL,
         format       VARCHAR,
         encoding     VARCHAR,

@@ -733,14 +733,19 @@ class ChunkStore:
 
         return write
 
-    def replace_parsed(self, doc: ParsedDocument, source_root: str, source_path: str, size_bytes: int) -> None:
-        """Replace a document's pages, blocks and tables in one transaction."""
-        self.write_transaction(self.replacing_parsed(source_root, {doc.doc_id: (doc, source_path, size_bytes)}))
+    def replace_parsed(self, doc: ParsedDocument, source_root: str, source_path: str, size_bytes: int,
+                       data_version: str | None = None) -> None:
+        """Replace a document's pages, blocks and tables in one transaction. ``data_version``: what
+        ``documents.sha256`` records (``resources.documents.data_version``), ``doc.sha256`` if None."""
+        parse = (doc, source_path, size_bytes) + (() if data_version is None else (data_version,))
+        self.write_transaction(self.replacing_parsed(source_root, {doc.doc_id: parse}))
 
-    def replacing_parsed(self, source_root: str, parses: Mapping[str, tuple[ParsedDocument, str, int]]) -> Write:
+    def replacing_parsed(self, source_root: str, parses: Mapping[str, tuple]) -> Write:
         """The write of :meth:`replace_parsed` for many documents (doc_id -> (parse, source_path,
-        size_bytes)), one statement per table for them all, to run in an open transaction."""
-        docs = [doc for doc, _, _ in parses.values()]
+        size_bytes[, data_version])), one statement per table for them all, to run in an open
+        transaction. The data version (the document's sha256 with its sidecars' digest, when it
+        has sidecars) is what ``documents.sha256`` records; without it, ``doc.sha256``."""
+        docs = [doc for doc, *_ in parses.values()]
         page_rows = [(doc.doc_id, p.page_num, p.char_offset, p.text) for doc in docs for p in doc.pages]
         block_rows = [
             (
@@ -755,9 +760,10 @@ class ChunkStore:
             for doc in docs for table_id, entry in doc.tables.items()
         ]
         source = _document_rows([
-            _document_row(doc.doc_id, source_root, path, doc.sha256, size, status="parsed", format=doc.format,
-                          encoding=doc.encoding, n_pages=len(doc.pages), n_chars=len(doc.text))
-            for doc, path, size in parses.values()
+            _document_row(doc.doc_id, source_root, path, version[0] if version else doc.sha256, size,
+                          status="parsed", format=doc.format, encoding=doc.encoding, n_pages=len(doc.pages),
+                          n_chars=len(doc.text))
+            for doc, path, size, *version in parses.values()
         ])
         doc_ids = [doc.doc_id for doc in docs]
 

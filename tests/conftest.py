@@ -24,6 +24,19 @@ def load_bench(name: str):
     spec.loader.exec_module(module)
     return module
 
+
+@pytest.fixture(autouse=True)
+def chunking_log_level():
+    """The CLI's ``quiet_libraries`` raises the ``chunking`` logger to ERROR for its process; a
+    test calling ``main`` in-process must not leave it so for the tests after it (caplog)."""
+    import logging
+
+    logger = logging.getLogger("chunking")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
 ALPHA_MD = """# Alpha
 
 Alpha is the first document. It has a heading, two paragraphs and enough words

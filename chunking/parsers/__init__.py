@@ -50,7 +50,7 @@ from chunking.parsers.errors import DocumentError
 from chunking.limits import DocumentLimits, LimitExceeded, check_parsed_budget, limit_key
 
 __all__ = ["DEFAULT_MAX_BYTES", "DocumentError", "SUPPORTED_EXTENSIONS", "document_problems", "is_sidecar_path",
-           "parse_bytes", "parse_document"]
+           "parse_bytes", "parse_document", "sidecars_beside"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,13 @@ def is_sidecar_path(path: str | Path) -> bool:
     return str(path).lower().endswith(_SIDECAR_SUFFIXES)
 
 
+def sidecars_beside(path: str | Path) -> tuple[Path, Path]:
+    """The ``<stem>.blocks.jsonl`` and ``<stem>.tables.json`` that :func:`parse_document` reads
+    for the document at ``path`` (whether or not they exist)."""
+    path = Path(path)
+    return path.with_name(path.stem + ".blocks.jsonl"), path.with_name(path.stem + ".tables.json")
+
+
 def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = None,
                    limits: DocumentLimits | None = None) -> ParsedDocument:
     """Read and parse one file within ``limits`` (``max_bytes`` overrides its size cap).
@@ -92,14 +99,13 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
                                     f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
     data = _read_capped(path, source, limits.max_bytes, "file")
     note = None
-    blocks_path = path.with_name(path.stem + ".blocks.jsonl")
+    blocks_path, tables_path = sidecars_beside(path)
     if blocks_path.exists() or blocks_path.is_symlink():
         sha256 = hashlib.sha256(data).hexdigest()
         note = _sidecar_refusal(blocks_path, path, sha256, limits)
         if note is None:
             from chunking.sidecar import document_from_sidecar
 
-            tables_path = path.with_name(path.stem + ".tables.json")
             if tables_path.is_symlink():
                 raise DocumentError(source, f"{tables_path.name} is a symbolic link; sidecars are not followed")
             if tables_path.exists() and not tables_path.is_file():

@@ -12,7 +12,7 @@ import duckdb
 
 from chunking.limits import DocumentLimits
 from orchestration.definitions import build_project
-from orchestration.schedules import plan_refresh, settled_chunk_failures, stale_chunk_docs
+from orchestration.schedules import chunk_refresh, plan_refresh
 from orchestration.status import stored_status
 from resources.store import ChunkStore
 from tests.assets.test_time_budgets import check_results, run
@@ -25,8 +25,7 @@ def plan(settings, instance, limits):
     store = ChunkStore(settings.db_path)
     partitions = instance.get_dynamic_partitions("documents")
     materialized = {key: set(instance.get_materialized_partitions(key)) for key in project.graph_order}
-    stale = stale_chunk_docs(store, project.config_hashes, limits)
-    settled = settled_chunk_failures(store, project.config_hashes, limits)
+    stale, settled = chunk_refresh(store, project.config_hashes, limits)
     return plan_refresh(partitions, materialized, project.graph_order, stale, settled_chunks=settled), settled
 
 
