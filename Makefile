@@ -79,7 +79,7 @@ $(BENCH_STAMP): pyproject.toml bench/requirements-peers.txt
 bench: $(BENCH_STAMP)
 	@echo "== bench/bench_strategies.py: chunkers and peers, x one encode"
 	$(BENCH_PY) bench/bench_strategies.py --repeat 25
-	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, float32 default vs int8"
+	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, the default precision vs int8 and float32"
 	$(BENCH_PY) bench/bench_semantic.py --repeat 3
 
 # `make bench-instructions`: the chunker table again by instruction count (valgrind's callgrind,

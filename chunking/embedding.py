@@ -478,10 +478,10 @@ def _token_budget_batches(order: np.ndarray, lengths: np.ndarray, batch_size: in
     gets alone, whichever texts share its batch (a run of one document or of a thousand, the
     chunk step or the embeddings step). Padding changes it in bfloat16: the products over a
     wider row sum in another order, and rounding each layer's output to bfloat16 turns that
-    into differences of up to ~2e-3 in the vector (1e-7 in float32). It costs no speed: on
-    the 1,684 bench sentences 118 batches instead of 37, and the 5% of padded tokens are
-    no longer computed (CPU seconds of one thread, interleaved: float32 9.0-9.4 against
-    9.7-10.2 padded, bfloat16 5.0 against 5.0-5.6). Not for ``int8``: torch's dynamic
+    into differences of up to ~2e-3 in the vector (1e-7 in float32). It costs no speed: the
+    1,684 bench sentences make 141 batches instead of 37, and the 5% of padded tokens are no
+    longer computed (CPU seconds of one thread on half of them, interleaved: float32 9.0-9.4
+    against 9.7-10.2 padded, bfloat16 5.0 against 5.0-5.6). Not for ``int8``: torch's dynamic
     quantization scales a batch's activations together, so its vectors still depend on the
     batch (up to 0.1 against the text alone)."""
     start = 0
