@@ -3,7 +3,8 @@
 The invariant a caller relies on: ``doc.text`` is the decoded file (newlines
 normalised, control characters removed: JSON forbids raw ones in strings anyway),
 one page, and one level-0 block spanning it whose content is the non-blank lines.
-Invalid JSON raises :class:`DocumentError` with the decoder's line and column.
+Invalid JSON raises :class:`DocumentError` with the decoder's line and column; so does
+JSON that holds no value at all (only ``null``, blank strings, ``[]``, ``{}``): no extractable text.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
     try:
         # Numbers are validated by the grammar, not converted: JSON allows any number of
         # digits, and converting one of more than 4300 would hit Python's int limit.
-        json.loads(raw, parse_int=_unconverted, parse_float=_unconverted, parse_constant=_not_json)
+        value = json.loads(raw, parse_int=_unconverted, parse_float=_unconverted, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise DocumentError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except _NotJson as exc:
@@ -32,6 +33,10 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
         # Valid JSON perhaps, but Python's decoder recurses once per level of nesting.
         raise DocumentError(source, f"JSON nested too deeply to validate: over about {sys.getrecursionlimit()} "
                                     f"levels (Python's recursion limit, not a chunkyard setting)") from None
+    if not _holds_a_value(value):
+        # Its text ("null", "[]", "{}") would be chunked and embedded as if it said something.
+        raise DocumentError(source, "no extractable text in this json file: it holds only null, blank strings "
+                                    "and empty arrays or objects")
     text = normalise_text(raw)
     outline = Outline()
     outline.para(text)
@@ -43,8 +48,36 @@ def parse_json(data: bytes, source: str, doc_id: str, sha256: str) -> ParsedDocu
                           encoding=encoding, sha256=sha256)
 
 
-def _unconverted(number: str) -> None:
-    return None
+class _Number:
+    """A number the decoder validated and left unconverted (see ``parse_json``)."""
+
+
+_NUMBER = _Number()
+
+
+def _unconverted(number: str) -> _Number:
+    return _NUMBER
+
+
+def _holds_a_value(value: object) -> bool:
+    """True when ``value`` holds a number, a boolean or a string that is not blank (object
+    keys included) anywhere; walked with a stack, as a document nested as deep as the decoder
+    allows would exceed the recursion limit here."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if any(key.strip() for key in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if item.strip():
+                return True
+        elif item is not None:
+            return True  # a number, true or false
+    return False
 
 
 class _NotJson(ValueError):

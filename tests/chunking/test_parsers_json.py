@@ -39,3 +39,16 @@ def test_a_number_of_more_digits_than_python_converts_is_valid_json():
     raw = '{"big": ' + "9" * 5000 + ', "x": 1.' + "5" * 5000 + '}'
     doc = parse_bytes(raw.encode(), "big.json", "big")
     assert doc.text == raw and document_problems(doc) == []
+
+
+@pytest.mark.parametrize("raw", ["null", "[]", "{}", '""', '"   "', '[null, "", [], {}]', '{" ": null}',
+                                 "[" * 500 + "]" * 500])
+def test_json_that_holds_no_value_has_no_extractable_text(raw):
+    # Its text ("null", "[]") would otherwise be chunked and embedded as if it said something.
+    with pytest.raises(DocumentError, match="no extractable text in this json file: it holds only null"):
+        parse_bytes(raw.encode(), "empty.json", "e")
+
+
+@pytest.mark.parametrize("raw", ["0", "false", '{"key": null}', '[null, "x"]', '[[[], {}], [0.5]]'])
+def test_json_holding_any_value_is_kept(raw):
+    assert parse_bytes(raw.encode(), "v.json", "v").text == raw
