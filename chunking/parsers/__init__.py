@@ -41,6 +41,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import logging
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -65,12 +66,31 @@ _FORMATS: dict[str, str] = {
     ".pdf": "pdf",
 }
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_FORMATS)
-_SIDECAR_SUFFIXES = (".blocks.jsonl", ".tables.json")
 
 
 def is_sidecar_path(path: str | Path) -> bool:
-    """True for ``<base>.blocks.jsonl`` / ``<base>.tables.json``: not documents of their own."""
-    return str(path).lower().endswith(_SIDECAR_SUFFIXES)
+    """True for a sidecar, not a document of its own: every ``<base>.blocks.jsonl``, and a
+    ``<base>.tables.json`` beside a ``<base>.blocks.jsonl`` or a document named ``<base>.<ext>``.
+
+    Any other ``*.tables.json`` is an ordinary JSON document that happens to be named so: no
+    document would ever read it as its sidecar (the parse looks for ``<stem>.tables.json`` of
+    a document, with its blocks), so leaving it out would drop it from the folder unsaid."""
+    name = Path(path).name
+    lowered = name.lower()
+    if lowered.endswith(".blocks.jsonl"):
+        return True
+    if not lowered.endswith(".tables.json"):
+        return False
+    base = name[: -len(".tables.json")]
+    folder = Path(path).parent
+    try:
+        if os.path.lexists(folder / (base + ".blocks.jsonl")):
+            return True
+        # A document "report.PDF" reads "report.tables.json": its stem is the base, any case of suffix.
+        return any(other.stem == base and other.suffix.lower() in _FORMATS
+                   for other in folder.glob(glob.escape(base) + ".*"))
+    except OSError:
+        return True  # its folder cannot be listed: as before, never taken for a document
 
 
 def sidecars_beside(path: str | Path) -> tuple[Path, Path]:

@@ -177,8 +177,26 @@ def test_chunkyard_sidecar_beside_document_round_trips_blocks(tmp_path: Path):
 
 
 def test_sidecar_files_are_not_documents(tmp_path: Path):
-    assert is_sidecar_path("a/report.blocks.jsonl") and is_sidecar_path("report.TABLES.json")
+    assert is_sidecar_path("a/report.blocks.jsonl")
     assert not is_sidecar_path("report.json") and not is_sidecar_path("tables.json")
+    (tmp_path / "report.PDF").write_bytes(b"%PDF-1.4")  # "report.PDF" reads "report.tables.json"
     (tmp_path / "report.tables.json").write_text('{"version": "1.0", "tables": {}}')
+    assert is_sidecar_path(tmp_path / "report.tables.json")
     with pytest.raises(DocumentError, match="a LightRAG sidecar, not a document"):
         parse_document(tmp_path / "report.tables.json", "report.tables.json")
+    # Beside its blocks sidecar, with the document gone, it is still a sidecar (not ingested as JSON).
+    (tmp_path / "orphan.blocks.jsonl").write_text("{}\n")
+    (tmp_path / "orphan.tables.json").write_text('{"version": "1.0", "tables": {}}')
+    assert is_sidecar_path(tmp_path / "orphan.tables.json")
+
+
+def test_a_tables_json_no_document_would_read_is_a_json_document(tmp_path: Path):
+    from resources.documents import scan_folder
+
+    (tmp_path / "prices.tables.json").write_text('{"apples": 3}', encoding="utf-8")
+    assert not is_sidecar_path(tmp_path / "prices.tables.json")
+    assert sorted(scan_folder(tmp_path)) == ["prices.tables.json"]
+    assert parse_document(tmp_path / "prices.tables.json", "prices.tables.json").text == '{"apples": 3}'
+    # Once a document of that name is beside it, it is that document's sidecar.
+    (tmp_path / "prices.md").write_text("# Prices\n", encoding="utf-8")
+    assert sorted(scan_folder(tmp_path)) == ["prices.md"]
