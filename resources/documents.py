@@ -37,7 +37,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from chunking.limits import DocumentLimits
-from chunking.parsers import SUPPORTED_EXTENSIONS, is_sidecar_path, sidecars_beside
+from chunking.parsers import SUPPORTED_EXTENSIONS, FolderNames, is_sidecar_path, sidecars_beside
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,12 @@ class SourceFile:
         return self.real_path or self.path
 
 
-def is_document(path: Path) -> bool:
-    """A file we ingest: a supported extension, not hidden, not a sidecar of another file."""
-    if path.name.startswith(".") or is_sidecar_path(path):
+def is_document(path: Path, folder_names: FolderNames | None = None) -> bool:
+    """A file we ingest: a supported extension, not hidden, not a sidecar of another file
+    (``folder_names``: the names of its folder, when the caller has listed it)."""
+    if path.name.startswith(".") or path.suffix.lower() not in SUPPORTED_EXTENSIONS:
         return False
-    return path.suffix.lower() in SUPPORTED_EXTENSIONS
+    return not is_sidecar_path(path, folder_names)
 
 
 def is_inside(root: Path, real_path: Path) -> bool:
@@ -171,8 +172,13 @@ def scan_folder(root: Path) -> dict[str, SourceFile]:
         raise FileNotFoundError(f"documents folder {root} does not exist or is not a directory")
     real_root = root.resolve()
     out: dict[str, SourceFile] = {}
-    for path in _listed_files(root):
-        if not is_document(path):
+    listed = _listed_files(root)
+    names: dict[Path, list[str]] = {}
+    for path in listed:
+        names.setdefault(path.parent, []).append(path.name)
+    folders = {folder: FolderNames(folder_files) for folder, folder_files in names.items()}
+    for path in listed:
+        if not is_document(path, folders[path.parent]):
             continue
         source = _source(root, real_root, path)
         if source is not None:

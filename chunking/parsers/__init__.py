@@ -43,15 +43,15 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from chunking.model import ParsedDocument
 from chunking.parsers.build import document_problems
 from chunking.parsers.errors import DocumentError
 from chunking.limits import DocumentLimits, LimitExceeded, check_parsed_budget, limit_key
 
-__all__ = ["DEFAULT_MAX_BYTES", "DocumentError", "SUPPORTED_EXTENSIONS", "document_problems", "is_sidecar_path",
-           "parse_bytes", "parse_document", "sidecars_beside"]
+__all__ = ["DEFAULT_MAX_BYTES", "DocumentError", "FolderNames", "SUPPORTED_EXTENSIONS", "document_problems",
+           "is_sidecar_path", "parse_bytes", "parse_document", "sidecars_beside"]
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,20 @@ _FORMATS: dict[str, str] = {
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_FORMATS)
 
 
-def is_sidecar_path(path: str | Path) -> bool:
+class FolderNames:
+    """The file names of one folder, indexed once for :func:`is_sidecar_path`: a scan of a
+    folder of many ``*.tables.json`` then costs one pass over its names, not one listing each."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = frozenset(names)
+        # "report.PDF" reads "report.tables.json": its stem is the base, any case of suffix.
+        self.document_stems = frozenset(Path(n).stem for n in self.names if Path(n).suffix.lower() in _FORMATS)
+
+
+def is_sidecar_path(path: str | Path, folder_names: FolderNames | None = None) -> bool:
     """True for a sidecar, not a document of its own: every ``<base>.blocks.jsonl``, and a
-    ``<base>.tables.json`` beside a ``<base>.blocks.jsonl`` or a document named ``<base>.<ext>``.
+    ``<base>.tables.json`` beside a ``<base>.blocks.jsonl`` or a document named ``<base>.<ext>``
+    (looked up in ``folder_names``, the names of its folder, when given; else on disk).
 
     Any other ``*.tables.json`` is an ordinary JSON document that happens to be named so: no
     document would ever read it as its sidecar (the parse looks for ``<stem>.tables.json`` of
@@ -82,11 +93,12 @@ def is_sidecar_path(path: str | Path) -> bool:
     if not lowered.endswith(".tables.json"):
         return False
     base = name[: -len(".tables.json")]
+    if folder_names is not None:
+        return base + ".blocks.jsonl" in folder_names.names or base in folder_names.document_stems
     folder = Path(path).parent
     try:
         if os.path.lexists(folder / (base + ".blocks.jsonl")):
             return True
-        # A document "report.PDF" reads "report.tables.json": its stem is the base, any case of suffix.
         return any(other.stem == base and other.suffix.lower() in _FORMATS
                    for other in folder.glob(glob.escape(base) + ".*"))
     except OSError:

@@ -200,3 +200,19 @@ def test_a_tables_json_no_document_would_read_is_a_json_document(tmp_path: Path)
     # Once a document of that name is beside it, it is that document's sidecar.
     (tmp_path / "prices.md").write_text("# Prices\n", encoding="utf-8")
     assert sorted(scan_folder(tmp_path)) == ["prices.md"]
+
+
+def test_a_listed_folder_answers_as_the_disk_does_without_touching_it(tmp_path: Path):
+    """scan_folder passes each folder's names (FolderNames): one pass over them, not a listing of
+    the folder per *.tables.json, which a folder of thousands of them would make quadratic."""
+    from chunking.parsers import FolderNames
+
+    names = ["a.tables.json", "a.blocks.jsonl", "b.tables.json", "b.Docx", "c.tables.json", "d.tables.json",
+             "d.tables.json.bak", "e.blocks.jsonl"]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    listed = FolderNames(names)
+    for name in names:
+        assert is_sidecar_path(tmp_path / name, listed) == is_sidecar_path(tmp_path / name), name
+    assert [n for n in names if is_sidecar_path(Path("/nowhere") / n, listed)] == [
+        "a.tables.json", "a.blocks.jsonl", "b.tables.json", "e.blocks.jsonl"]
