@@ -46,6 +46,14 @@ def _load_cursor(raw: str | None) -> dict[str, list] | None:
         return None
 
 
+def _requesting_ticks(raw: str | None) -> int:
+    """How many ticks of this sensor have requested runs (kept in its cursor; 0 for an old one)."""
+    try:
+        return int(json.loads(raw)["requesting_ticks"]) if raw else 0
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
 def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
     """A skip while a CLI ingest holds the instance's run lock. The cursor is left as it
     was: the next tick compares the folder with what the CLI stored."""
@@ -116,8 +124,12 @@ def documents_sensor(
 
     # A content this sensor saw on an earlier tick was requested then (its run may not have stored it yet).
     seen_sha = {doc_id: entry[0] for doc_id, entry in previous.items()}
+    # The daemon skips a run key it has seen: a document back to an earlier version (a sidecar
+    # removed again, bytes reverted) needs a new one. Numbered per requesting tick, from the
+    # cursor, so a tick the daemon evaluates again after a failure asks with the same keys.
+    serial = _requesting_ticks(context.cursor) + 1
     run_requests = [
-        RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}", asset_selection=[RAW])
+        RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}#{serial}", asset_selection=[RAW])
         for doc_id, sha in sorted(changes.to_process.items())
         if seen_sha.get(doc_id) != sha
     ]
@@ -126,5 +138,6 @@ def documents_sensor(
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partition_requests,
-        cursor=json.dumps({"docs": state}, sort_keys=True),
+        cursor=json.dumps({"docs": state, "requesting_ticks": serial if run_requests else serial - 1},
+                          sort_keys=True),
     )

@@ -219,14 +219,16 @@ def sidecars_digest(path: Path) -> str | None:
 
     Each one present counts by its bytes (streamed), or, never opened, by what else it is: a
     symbolic link by its target (the parse refuses to follow it), a FIFO or device by its kind,
-    one that cannot be read by why. So any change that can change the parse changes the digest."""
+    one that cannot be read by why. So any change of the sidecars changes the digest. (Not
+    covered: what else can turn a sidecar's use around without touching it, the bytes of a
+    namesake document it may describe, or ``trust_unhashed_sidecars``: ``--force`` re-reads.)"""
     parts = []
     for sidecar in sidecars_beside(path):
         try:
             info = sidecar.lstat()
-        except FileNotFoundError:
-            continue
         except OSError as exc:
+            if _absent(exc):
+                continue
             parts.append(f"{sidecar.name}: cannot be examined: {exc.strerror or exc}")
             continue
         try:
@@ -255,11 +257,15 @@ def sidecars_stat(source: SourceFile) -> list[list[int]]:
         try:
             info = sidecar.lstat()
             out.append([info.st_size, info.st_mtime_ns])
-        except FileNotFoundError:
-            out.append([-1, -1])
         except OSError as exc:
-            out.append([-2, exc.errno or 0])
+            out.append([-1, -1] if _absent(exc) else [-2, exc.errno or 0])
     return out
+
+
+def _absent(exc: OSError) -> bool:
+    """An lstat error that means no such sidecar: none there, or a name too long to exist (a
+    document's stem near the file-name limit leaves no room for ".blocks.jsonl")."""
+    return isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == errno.ENAMETOOLONG
 
 
 def current_fingerprint(source: SourceFile) -> str | None:

@@ -55,7 +55,7 @@ STRATEGY_FAILURES_DDL = """
     CREATE TABLE IF NOT EXISTS strategy_failures (
         doc_id        VARCHAR   NOT NULL,
         strategy      VARCHAR   NOT NULL,
-        doc_sha256    VARCHAR   NOT NULL,  -- the bytes it failed on
+        doc_sha256    VARCHAR   NOT NULL,  -- the data version (documents.sha256) it failed on
         config_hash   VARCHAR   NOT NULL,  -- the strategy configuration it failed under
         error         VARCHAR   NOT NULL,
         recorded_at   TIMESTAMP NOT NULL,

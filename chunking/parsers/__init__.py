@@ -87,10 +87,11 @@ def is_sidecar_path(path: str | Path, folder_names: FolderNames | None = None) -
     document would ever read it as its sidecar (the parse looks for ``<stem>.tables.json`` of
     a document, with its blocks), so leaving it out would drop it from the folder unsaid."""
     name = Path(path).name
-    lowered = name.lower()
-    if lowered.endswith(".blocks.jsonl"):
-        return True
-    if not lowered.endswith(".tables.json"):
+    if name.lower().endswith(".blocks.jsonl"):
+        return True  # never a document in any case (.jsonl is no document format)
+    # Exactly ".tables.json", the name the parse looks up: "report.TABLES.JSON" is no sidecar
+    # of report.txt (never read as one), so it is a JSON document of its own.
+    if not name.endswith(".tables.json"):
         return False
     base = name[: -len(".tables.json")]
     if folder_names is not None:
@@ -132,7 +133,9 @@ def parse_document(path: str | Path, doc_id: str, *, max_bytes: int | None = Non
     data = _read_capped(path, source, limits.max_bytes, "file")
     note = None
     blocks_path, tables_path = sidecars_beside(path)
-    if blocks_path.exists() or blocks_path.is_symlink():
+    # lexists: a link counts (refused below), and a name too long to exist (a document's stem near
+    # the file-name limit) is absent rather than the error Path.exists raises for it on 3.11.
+    if os.path.lexists(blocks_path):
         sha256 = hashlib.sha256(data).hexdigest()
         note = _sidecar_refusal(blocks_path, path, sha256, limits)
         if note is None:

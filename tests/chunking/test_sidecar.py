@@ -200,6 +200,9 @@ def test_a_tables_json_no_document_would_read_is_a_json_document(tmp_path: Path)
     # Once a document of that name is beside it, it is that document's sidecar.
     (tmp_path / "prices.md").write_text("# Prices\n", encoding="utf-8")
     assert sorted(scan_folder(tmp_path)) == ["prices.md"]
+    # The parse looks up exactly "<stem>.tables.json": another case is never read as the sidecar.
+    (tmp_path / "prices.TABLES.JSON").write_text('{"pears": 2}', encoding="utf-8")
+    assert sorted(scan_folder(tmp_path)) == ["prices.TABLES.JSON", "prices.md"]
 
 
 def test_a_listed_folder_answers_as_the_disk_does_without_touching_it(tmp_path: Path):

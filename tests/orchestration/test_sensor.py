@@ -37,7 +37,8 @@ def evaluate(instance, resources, cursor=None):
 
 
 def run_keys(result):
-    return sorted(r.run_key for r in result.run_requests)
+    """The run keys without their tick number (``doc:version#n``)."""
+    return sorted(r.run_key.rsplit("#", 1)[0] for r in result.run_requests)
 
 
 def test_new_files_get_partitions_and_runs(instance, resources, docs_dir):
@@ -62,6 +63,23 @@ def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
     new_sha = sha256_file(docs_dir / "alpha.md")
     assert run_keys(second) == [f"alpha.md:{new_sha}"]
     assert not second.dynamic_partitions_requests  # the partition already exists
+
+
+def test_content_back_to_an_earlier_version_gets_a_run_key_the_daemon_has_not_seen(instance, resources, docs_dir):
+    # The daemon skips a request whose run key an earlier run of this sensor had: "doc:sha" alone
+    # made a document reverted to an earlier version (or a sidecar removed again) never run.
+    original = (docs_dir / "alpha.md").read_text(encoding="utf-8")
+    first = evaluate(instance, resources)
+    (docs_dir / "alpha.md").write_text("# Alpha\n\nAn edit, then undone.\n", encoding="utf-8")
+    second = evaluate(instance, resources, first.cursor)
+    (docs_dir / "alpha.md").write_text(original, encoding="utf-8")
+    third = evaluate(instance, resources, second.cursor)
+    seen = {r.run_key for result in (first, second) for r in result.run_requests}
+    (back,) = third.run_requests
+    assert back.run_key.startswith(f"alpha.md:{sha256_file(docs_dir / 'alpha.md')}#")
+    assert back.run_key not in seen
+    # Evaluated again from the same cursor (the daemon retrying a failed tick): the same keys.
+    assert [r.run_key for r in evaluate(instance, resources, second.cursor).run_requests] == [back.run_key]
 
 
 def test_deleted_file_loses_its_partition_and_every_row(instance, resources, settings, docs_dir):
