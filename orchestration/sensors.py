@@ -37,21 +37,15 @@ RAW = AssetKey("raw_documents")
 SENSOR_LOCK_TIMEOUT_S = 10.0
 
 
-def _load_cursor(raw: str | None) -> dict[str, list] | None:
-    if not raw:
-        return None
+def _load_cursor(raw: str | None) -> tuple[dict[str, list], int]:
+    """The cursor's documents (doc_id -> [data version, size, mtime_ns, sidecar stats]) and how
+    many ticks of this sensor have requested runs; ``({}, 0)`` for none, and what an older cursor
+    lacks is empty or 0."""
     try:
-        return json.loads(raw)["docs"]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _requesting_ticks(raw: str | None) -> int:
-    """How many ticks of this sensor have requested runs (kept in its cursor; 0 for an old one)."""
-    try:
-        return int(json.loads(raw)["requesting_ticks"]) if raw else 0
-    except (ValueError, KeyError, TypeError):
-        return 0
+        cursor = json.loads(raw) if raw else {}
+        return dict(cursor.get("docs") or {}), int(cursor.get("requesting_ticks", 0))
+    except (ValueError, AttributeError, TypeError):
+        return {}, 0
 
 
 def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
@@ -79,7 +73,7 @@ def documents_sensor(
     conflict = chunk_store.source_root_conflict(documents.root_path)
     if conflict:
         return SkipReason(conflict)
-    previous = _load_cursor(context.cursor) or {}
+    previous, requesting_ticks = _load_cursor(context.cursor)
     known_sha = chunk_store.document_hashes(documents.root_path)
 
     state: dict[str, list] = {}
@@ -127,7 +121,7 @@ def documents_sensor(
     # The daemon skips a run key it has seen: a document back to an earlier version (a sidecar
     # removed again, bytes reverted) needs a new one. Numbered per requesting tick, from the
     # cursor, so a tick the daemon evaluates again after a failure asks with the same keys.
-    serial = _requesting_ticks(context.cursor) + 1
+    serial = requesting_ticks + 1
     run_requests = [
         RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}#{serial}", asset_selection=[RAW])
         for doc_id, sha in sorted(changes.to_process.items())
@@ -138,6 +132,6 @@ def documents_sensor(
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partition_requests,
-        cursor=json.dumps({"docs": state, "requesting_ticks": serial if run_requests else serial - 1},
+        cursor=json.dumps({"docs": state, "requesting_ticks": requesting_ticks + bool(run_requests)},
                           sort_keys=True),
     )

@@ -37,7 +37,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from chunking.limits import DocumentLimits
-from chunking.parsers import SUPPORTED_EXTENSIONS, FolderNames, is_sidecar_path, sidecars_beside
+from chunking.parsers import SUPPORTED_EXTENSIONS, FolderNames, is_sidecar_path, sha256_file, sidecars_beside
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +184,6 @@ def scan_folder(root: Path) -> dict[str, SourceFile]:
         if source is not None:
             out[source.doc_id] = source
     return out
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file's bytes, streamed (the file may be far over any size limit)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_fingerprint(source: SourceFile) -> str:

@@ -51,7 +51,7 @@ from chunking.parsers.errors import DocumentError
 from chunking.limits import DocumentLimits, LimitExceeded, check_parsed_budget, limit_key
 
 __all__ = ["DEFAULT_MAX_BYTES", "DocumentError", "FolderNames", "SUPPORTED_EXTENSIONS", "document_problems",
-           "is_sidecar_path", "parse_bytes", "parse_document", "sidecars_beside"]
+           "is_sidecar_path", "parse_bytes", "parse_document", "sha256_file", "sidecars_beside"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class FolderNames:
 def is_sidecar_path(path: str | Path, folder_names: FolderNames | None = None) -> bool:
     """True for a sidecar, not a document of its own: every ``<base>.blocks.jsonl``, and a
     ``<base>.tables.json`` beside a ``<base>.blocks.jsonl`` or a document named ``<base>.<ext>``
-    (looked up in ``folder_names``, the names of its folder, when given; else on disk).
+    (looked up in ``folder_names``, the names of its folder, when given; else its folder is listed).
 
     Any other ``*.tables.json`` is an ordinary JSON document that happens to be named so: no
     document would ever read it as its sidecar (the parse looks for ``<stem>.tables.json`` of
@@ -93,17 +93,22 @@ def is_sidecar_path(path: str | Path, folder_names: FolderNames | None = None) -
     # of report.txt (never read as one), so it is a JSON document of its own.
     if not name.endswith(".tables.json"):
         return False
+    if folder_names is None:
+        try:
+            folder_names = FolderNames(os.listdir(Path(path).parent))
+        except OSError:
+            return True  # its folder cannot be listed: as before, never taken for a document
     base = name[: -len(".tables.json")]
-    if folder_names is not None:
-        return base + ".blocks.jsonl" in folder_names.names or base in folder_names.document_stems
-    folder = Path(path).parent
-    try:
-        if os.path.lexists(folder / (base + ".blocks.jsonl")):
-            return True
-        return any(other.stem == base and other.suffix.lower() in _FORMATS
-                   for other in folder.glob(glob.escape(base) + ".*"))
-    except OSError:
-        return True  # its folder cannot be listed: as before, never taken for a document
+    return base + ".blocks.jsonl" in folder_names.names or base in folder_names.document_stems
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file's bytes, streamed (the file may be far over any size limit)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def sidecars_beside(path: str | Path) -> tuple[Path, Path]:
@@ -233,14 +238,10 @@ def _namesake_with_hash(path: Path, sha256: str, max_bytes: int) -> Path | None:
         try:
             if other.is_symlink() or not other.is_file() or other.stat().st_size > max_bytes:
                 continue
-            digest = hashlib.sha256()
-            with open(other, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
+            if sha256_file(other) == sha256:
+                return other
         except OSError:
             continue
-        if digest.hexdigest() == sha256:
-            return other
     return None
 
 
