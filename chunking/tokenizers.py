@@ -205,11 +205,7 @@ class TiktokenTokenizer:
             return last
         if not hasattr(self._encoding, "_mergeable_ranks") or not hasattr(self._encoding, "encode_to_numpy"):
             return None
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-        encoded = EncodedText.build(self, text, data)
+        encoded = EncodedText.build(self, text)
         if encoded is not None:
             self._last_encoded = encoded
         return encoded
@@ -316,10 +312,18 @@ class EncodedText:
         self._continuations = None
 
     @classmethod
-    def build(cls, tokenizer: "TiktokenTokenizer", text: str, data: bytes) -> "EncodedText | None":
+    def build(cls, tokenizer: "TiktokenTokenizer", text: str) -> "EncodedText | None":
+        """``None`` for text UTF-8 cannot hold (lone surrogates)."""
         import numpy as np
 
-        ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
+        try:
+            ids = tokenizer._encoding.encode_to_numpy(text, disallowed_special=())
+            # After the encode, not before: tiktoken's conversion leaves the UTF-8 form
+            # cached in the str object, which ``encode`` then copies instead of converting
+            # again (0.2 against 1.4 ms for 1.4 M characters of mixed scripts).
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
         # ``take`` rather than ``table[ids]``: numpy's fancy indexing costs about twice as much per
         # element (0.65 against 1.5 ms here for 345k tokens), and this runs for every document.
         token_ends = np.cumsum(tokenizer.token_byte_lengths().take(ids))
@@ -524,10 +528,11 @@ class _TiktokenSpanCounter:
         # Slot k (bits 8k..8k+7) holds character k + 1 (1..255), 0 past the piece's end:
         # a piece has one key and a key one piece. One gather per slot, over all rows.
         for k in range(_PACKED_CHARS):
-            chars = codes.take(starts + k, mode="clip")  # past the text's end: its last character
+            # Widened first: code points come as narrow as the text allows (uint8 for ASCII).
+            chars = codes.take(starts + k, mode="clip").astype(np.uint64)  # past the end: the last character
             inside = lengths > k
             wide |= inside & (chars >= 0xFF)
-            keys |= ((chars + 1) * inside).astype(np.uint64) << np.uint64(8 * k)
+            keys |= ((chars + np.uint64(1)) * inside) << np.uint64(8 * k)
         fits = ~wide
         rows, keys = rows[fits], keys[fits]
         return rows, keys

@@ -215,6 +215,22 @@ def test_code_points_are_kept_for_the_last_text_only():
     assert code_points(other) is not codes and code_points(other).tolist() == codes.tolist()
 
 
+@pytest.mark.parametrize(
+    ("text", "dtype"),
+    [("Plain text. Dr. Who? " * 300, "uint8"), ("Naïve „Hallo!“ 中文。\uffff x. " * 300, "uint16"),
+     ("Emoji 😀. Then \ud800 more. " * 300, "uint32")],
+)
+def test_code_points_come_as_narrow_as_the_text_allows_with_the_same_bounds(text, dtype):
+    import numpy as np
+
+    from chunking.segmenter import code_points
+
+    codes = code_points(text, keep=False)
+    assert codes.dtype == dtype and codes.tolist() == [ord(c) for c in text]
+    wide = np.array([ord(c) for c in text], dtype=np.uint32)
+    assert sentence_bounds(text, codes=codes) == sentence_bounds(text, codes=wide)
+
+
 def test_sentence_bounds_of_a_slice_from_a_view_of_the_documents_code_points():
     import numpy as np
 

@@ -214,3 +214,21 @@ def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
     assert [count(s, e) for s, e in zip(starts, ends)] == expected
     far = [(s, min(len(text), s + rng.randrange(17, 400))) for s in starts]
     assert count.many([s for s, _ in far], [e for _, e in far]) == [len(cl100k.encode(text[s:e])) for s, e in far]
+
+
+@pytest.mark.parametrize(
+    ("extra", "dtype"),
+    [("", "uint8"), (" Ω中\xff\uffff", "uint16"), (" Ω中\xff\uffff 😀", "uint32")],
+)
+def test_packed_keys_are_exact_whatever_width_the_code_points_come_in(cl100k, extra, dtype):
+    # code_points is as narrow as the text allows; a key packs characters + 1, which must not
+    # wrap around in the narrow type (\xff and \uffff are the edges of uint8 and uint16).
+    from chunking.segmenter import code_points
+
+    rng = random.Random(5)
+    text = "".join(rng.choice(["The", " a", ". ", "\n", "x~", "ab"] + ([extra] if extra else [])) for _ in range(4000))
+    count = span_counter(cl100k, text)
+    assert code_points(text).dtype == dtype and hasattr(count, "many")
+    starts = sorted(rng.randrange(len(text)) for _ in range(400))
+    ends = [min(len(text), s + rng.choice([1, 2, 3, 7, 8, 9, 20, 60])) for s in starts]
+    assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
