@@ -217,6 +217,17 @@ class TiktokenTokenizer:
             cache = self._small_counts = {}
         return cache
 
+    def short_key_counts(self):
+        """numpy int32 over the packed keys of one- and two-character Latin-1 pieces
+        (``_TiktokenSpanCounter._packed_keys``): the piece's count, or -1 not counted yet.
+        Kept across texts; 256 KB, so no bound is needed."""
+        table = getattr(self, "_short_key_counts", None)
+        if table is None:
+            import numpy as np
+
+            table = self._short_key_counts = np.full(_SHORT_KEYS, -1, dtype=np.int32)
+        return table
+
     def token_byte_lengths(self):
         """numpy array: the UTF-8 byte length of every ordinary token id (built once)."""
         lengths = getattr(self, "_token_byte_lengths", None)
@@ -276,6 +287,9 @@ _SPAN_DIRECT_CHARS = 16
 # Encoding a short string costs tiktoken ~10-20 us, several hundred chars' worth of
 # bulk encoding; heads and tails of spans ("\n    print", "## 3.2. Title") repeat.
 _SMALL_PIECE_CACHE_CHARS = 64
+# Packed keys below this stand for pieces of one or two characters (8 bits each): most
+# heads and tails ("\n", ". ", "()"); they are looked up in a dense table, not sorted.
+_SHORT_KEYS = 1 << 16
 # From this many spans on, ``many`` looks them up with numpy.
 _MANY_SPANS_VECTORIZED = 64
 _SMALL_PIECE_CACHE_SIZE = 65536
@@ -406,11 +420,13 @@ class _TiktokenSpanCounter:
     """
 
     __slots__ = ("text", "count_text", "_word_ends", "_tokens_before", "cache", "_word_ends_np", "_tokens_before_np",
-                 "_codes")
+                 "_codes", "short_keys")
 
-    def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int]):
+    def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int],
+                 short_keys=None):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
-        whole text starting before each word end): numpy int64 arrays."""
+        whole text starting before each word end): numpy int64 arrays. ``short_keys``:
+        ``TiktokenTokenizer.short_key_counts()``, shared across texts like ``cache``."""
         self.text = text
         self.count_text = count_text
         # numpy arrays for many spans at once; array('q') copies for bisect, made on
@@ -420,6 +436,11 @@ class _TiktokenSpanCounter:
         self._word_ends = self._tokens_before = None
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
         self._codes = None  # the text's code points, for _packed_keys
+        if short_keys is None:
+            import numpy as np
+
+            short_keys = np.full(_SHORT_KEYS, -1, dtype=np.int32)
+        self.short_keys = short_keys
 
     @classmethod
     def build(cls, tokenizer: "TiktokenTokenizer", encoded: EncodedText) -> "_TiktokenSpanCounter | None":
@@ -437,7 +458,7 @@ class _TiktokenSpanCounter:
         ends = encoded.token_char_ends.take(at)  # word ends are character boundaries
         return cls(
             text, tokenizer.count, ends.astype(np.int64, copy=False), tokens_before.astype(np.int64, copy=False),
-            tokenizer.small_counts(),
+            tokenizer.small_counts(), tokenizer.short_key_counts(),
         )
 
     @property
@@ -462,8 +483,10 @@ class _TiktokenSpanCounter:
 
     def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
         """``[self(s, e) for s, e in zip(starts, ends)]``, with the index look-ups done for all spans at once."""
-        if len(starts) < _MANY_SPANS_VECTORIZED:
+        if len(starts) < _MANY_SPANS_VECTORIZED and self._word_ends is not None:
             return [self(s, e) for s, e in zip(starts, ends)]
+        # Few spans still go through numpy while no single span was asked for: the
+        # ``array`` copies a single-span look-up needs cost ~2 ms for 200k word ends.
         import numpy as np
 
         starts_np, ends_np = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
@@ -538,11 +561,34 @@ class _TiktokenSpanCounter:
         return rows, keys
 
     def _counts_of_keys(self, keys):
-        """numpy int64: ``piece`` of the string each ``_packed_keys`` key stands for, one look-up per distinct key.
+        """numpy int64: ``piece`` of the string each ``_packed_keys`` key stands for.
 
-        The keys share the short-piece cache with the strings (an ``int`` key never
-        equals a ``str`` one), so it stays bounded by the same rule.
+        Keys of one or two characters index a dense table; longer ones share the
+        short-piece cache with the strings (an ``int`` key never equals a ``str`` one),
+        so it stays bounded by the same rule.
         """
+        import numpy as np
+
+        # One- and two-character pieces (most of them) by a gather from a dense table,
+        # filled on first sight; only the longer ones are sorted into distinct keys.
+        table = self.short_keys
+        short = keys < _SHORT_KEYS
+        short_keys = keys[short].astype(np.intp)
+        counts = table.take(short_keys)
+        unseen = counts < 0
+        if unseen.any():
+            for key in np.unique(short_keys[unseen]).tolist():
+                table[key] = self.piece(_unpack_key(key))
+            counts = table.take(short_keys)
+        if len(short_keys) == len(keys):
+            return counts.astype(np.int64)
+        out = np.empty(len(keys), dtype=np.int64)
+        out[short] = counts
+        out[~short] = self._counts_of_long_keys(keys[~short])
+        return out
+
+    def _counts_of_long_keys(self, keys):
+        """``_counts_of_keys`` for keys of three characters or more: one dict look-up per distinct key."""
         import numpy as np
 
         distinct, inverse = np.unique(keys, return_inverse=True)

@@ -232,3 +232,22 @@ def test_packed_keys_are_exact_whatever_width_the_code_points_come_in(cl100k, ex
     starts = sorted(rng.randrange(len(text)) for _ in range(400))
     ends = [min(len(text), s + rng.choice([1, 2, 3, 7, 8, 9, 20, 60])) for s in starts]
     assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+
+
+def test_one_and_two_character_pieces_are_counted_once_per_tokenizer_in_a_dense_table():
+    from chunking.tokenizers import TiktokenTokenizer
+
+    tokenizer = TiktokenTokenizer()  # a table of its own, empty
+    text = "Alpha beta. Gamma!\n\n" * 600
+    count = span_counter(tokenizer, text)
+    # "\n\nAlpha beta. Gamma!": the head "\n\n" (to the line start), the tail "!" (from the word end).
+    starts = list(range(18, len(text) - 40, 20))
+    ends = [s + 20 for s in starts]
+    expected = [len(tokenizer.encode(text[s:e])) for s, e in zip(starts, ends)]
+    assert count.many(starts, ends) == expected
+    table = tokenizer.short_key_counts()
+    newlines, bang = (ord("\n") + 1) | (ord("\n") + 1) << 8, ord("!") + 1
+    assert table[newlines] == len(tokenizer.encode("\n\n")) and table[bang] == 1
+    assert (table >= 0).sum() < 10, "only the pieces seen are counted"
+    table[bang] = 7  # the count of a one-character tail is read from the table
+    assert count.many(starts, ends) == [n + 6 for n in expected]
