@@ -76,8 +76,9 @@ class Span:
     tokens: int
 
     def to_chunk(self, metadata: dict | None = None) -> Chunk:
-        return Chunk(
-            text=self.text, char_start=self.start, char_end=self.end, token_count=self.tokens, metadata=metadata or {}
+        return Chunk.of(
+            {"text": self.text, "char_start": self.start, "char_end": self.end, "token_count": self.tokens,
+             "metadata": metadata or {}}
         )
 
 

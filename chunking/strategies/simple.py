@@ -46,7 +46,8 @@ def chunk_simple(doc: ParsedDocument, config: SimpleConfig, tokenizer: Tokenizer
     spans = slice_spans(doc.text, config.max_object_length)
     texts = [doc.text[s:e] for s, e in spans]
     counts = count_many(tokenizer, texts)
-    chunks = [Chunk(text=t, char_start=s, char_end=e, token_count=n) for (s, e), t, n in zip(spans, texts, counts)]
+    chunks = [Chunk.of({"text": t, "char_start": s, "char_end": e, "token_count": n})
+              for (s, e), t, n in zip(spans, texts, counts)]
     return attach_provenance(doc, chunks)
 
 

@@ -276,7 +276,8 @@ def chunk_token(doc: ParsedDocument, config: TokenConfig, tokenizer: Tokenizer, 
         )
     except SegmentOverCapError as exc:
         raise ValueError(f"document {doc.doc_id!r}: {exc}") from exc
-    chunks = [Chunk(text=w.text, char_start=w.start, char_end=w.end, token_count=w.tokens) for w in windows]
+    chunks = [Chunk.of({"text": w.text, "char_start": w.start, "char_end": w.end, "token_count": w.tokens})
+              for w in windows]
     return attach_provenance(doc, chunks)
 
 
