@@ -205,7 +205,7 @@ def build_strategy_assets(
                 (context.log.info if row.get("status") == "error" else context.log.warning)(errors[doc_id])
                 metadata[doc_id] = {"error": errors[doc_id]}
                 continue
-            doc_embedder = RecordingEmbedder(embedder) if reuse_vectors else embedder
+            doc_embedder = RecordingEmbedder(embedder, limit=limits.max_chunks) if reuse_vectors else embedder
             source = doc.source_name or doc_id
             try:
                 with time_budget(source, "chunk_timeout_s", f"{strategy_name} chunking time", limits.chunk_timeout_s):

@@ -516,19 +516,27 @@ def _plain_mean_pooling(model):
 
 
 class RecordingEmbedder:
-    """An embedder that remembers the vector of every text it embedded.
+    """An embedder that remembers the vectors of the texts it embedded (up to ``limit``).
 
     A strategy that embeds pieces of a document (``semantic`` embeds sentences)
     sometimes emits a chunk whose text is exactly one of those pieces; its vector
     is then already known, and ``vectors_for`` hands it over so the embeddings
     step does not compute it again. Exact reuse only: a vector is returned for a
     text identical to one embedded, by the same model in the same precision.
+
+    Bounded: the first ``limit`` distinct texts are remembered (copies, so no
+    batch's whole array is kept alive by one row), the rest are not; a chunk
+    whose vector was not kept is embedded again by the embeddings step. The
+    chunk step passes ``DocumentLimits.max_chunks``: a document of up to that
+    many distinct sentences keeps every vector, and one of a million tiny
+    sentences does not hold a million.
     """
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, limit: int = 20_000) -> None:
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dimension = embedder.dimension
+        self.limit = limit
         self._vectors: dict[str, np.ndarray] = {}
 
     def __getattr__(self, name: str):
@@ -538,8 +546,12 @@ class RecordingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         vectors = self.embedder.embed(texts)
+        kept = self._vectors
         for text, vector in zip(texts, vectors):
-            self._vectors.setdefault(text, vector)
+            if len(kept) >= self.limit:
+                break
+            if text not in kept:
+                kept[text] = np.array(vector, copy=True)
         return vectors
 
     def vectors_for(self, texts: dict[str, str]) -> dict[str, np.ndarray]:

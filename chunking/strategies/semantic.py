@@ -372,24 +372,28 @@ def gap_distances(
     if n < 2:
         return np.zeros(0)
     left, right = window_ranges(n, buffer_size, window_shape)
-    gaps = n - 1
-    if window_mode == "reembed" and buffer_size > 0:
-        distinct = sorted(set(left) | set(right))
-        vectors = _checked(embed([text[units[a][0] : units[z][1]] for a, z in distinct]), len(distinct))
-        row = {window: i for i, window in enumerate(distinct)}
-        left_rows = np.array([row[w] for w in left], dtype=np.int64)
-        right_rows = np.array([row[w] for w in right], dtype=np.int64)
-        return np.concatenate([
-            paired_distances(vectors[left_rows[g:h]], vectors[right_rows[g:h]]) for g, h in _blocks(gaps)])
-    vectors = _checked(embed([text[s:e] for s, e in units]), n)
+    reembed = window_mode == "reembed" and buffer_size > 0
     w = None if weights is None else np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     out = []
-    for g, h in _blocks(gaps):
-        # The units this block's windows cover (windows move forward with the gap): summed
-        # from a prefix over them alone. One block (up to _GAPS_PER_BLOCK gaps) covers every
-        # unit from 0, so a document that size gets exactly the sums of one prefix.
+    # Each block of gaps embeds only what its windows cover, and its vectors are dropped
+    # before the next: memory is bounded by the block whatever the document's length (a
+    # 5M-character document of tiny sentences held ~2 GB of vectors when every unit was
+    # embedded at once). A document of up to _GAPS_PER_BLOCK gaps is one block: one embed
+    # call, as before. Across a block edge the ``buffer_size`` shared units (reembed: the
+    # shared windows) are embedded twice, and a sentence repeated in two blocks is too.
+    for g, h in _blocks(n - 1):
+        if reembed:
+            distinct = sorted(set(left[g:h]) | set(right[g:h]))
+            vectors = _checked(embed([text[units[a][0] : units[z][1]] for a, z in distinct]), len(distinct))
+            row = {window: i for i, window in enumerate(distinct)}
+            left_rows = np.array([row[window] for window in left[g:h]], dtype=np.int64)
+            right_rows = np.array([row[window] for window in right[g:h]], dtype=np.int64)
+            out.append(paired_distances(vectors[left_rows], vectors[right_rows]))
+            continue
+        # The units this block's windows cover (windows move forward with the gap), summed
+        # from a prefix over them alone.
         lo, hi = left[g][0], right[h - 1][1] + 1
-        local = vectors[lo:hi]
+        local = _checked(embed([text[s:e] for s, e in units[lo:hi]]), hi - lo)
         local_weights = None if w is None else w[lo:hi]
         shift = [(a - lo, z - lo) for a, z in left[g:h]], [(a - lo, z - lo) for a, z in right[g:h]]
         out.append(paired_distances(combined_vectors(local, shift[0], local_weights),
@@ -397,9 +401,9 @@ def gap_distances(
     return np.concatenate(out)
 
 
-# Gaps whose distances are computed together: working memory is a few float64 arrays
-# of this many rows by the model's dimension, whatever the document's length (all the
-# units of a 200k-sentence text at once took GBs).
+# Gaps whose distances are computed together, from vectors embedded for them alone:
+# working memory is the embedder's for this many texts and a few float64 arrays of this
+# many rows by the model's dimension, whatever the document's length.
 _GAPS_PER_BLOCK = 4096
 
 

@@ -145,8 +145,9 @@ def test_combined_window_vector_is_the_token_weighted_sum_of_its_sentences():
 @pytest.mark.parametrize(("window_mode", "buffer_size"), [("combine", 1), ("combine", 2), ("reembed", 1)])
 def test_distances_are_computed_in_bounded_blocks_and_agree_with_one_pass(
         monkeypatch, window_mode, buffer_size, window_shape):
-    # A long document's distances are worked out a block of gaps at a time, so working
-    # memory does not grow with the document; the blocks must join seamlessly.
+    # A long document's distances are worked out a block of gaps at a time, each block
+    # embedding only what its windows cover, so working memory does not grow with the
+    # document; the blocks must join seamlessly.
     import chunking.strategies.semantic as semantic
 
     rng = np.random.default_rng(7)
@@ -164,12 +165,60 @@ def test_distances_are_computed_in_bounded_blocks_and_agree_with_one_pass(
     monkeypatch.setattr(semantic, "combined_vectors",
                         lambda v, windows, w=None: seen_rows.append(len(v)) or combine(v, windows, w))
     monkeypatch.setattr(semantic, "_GAPS_PER_BLOCK", 4)
-    blocked = gap_distances(text, units, embed, buffer_size, window_mode, window_shape, weights)
+    calls = []
+    blocked = gap_distances(text, units, lambda texts: calls.append(len(texts)) or embed(texts), buffer_size,
+                            window_mode, window_shape, weights)
     assert len(blocked) == len(units) - 1
     np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-12)
+    # One embed call per block of 4 gaps, of the units (or windows, two per gap) it covers.
+    assert len(calls) == 6
+    assert max(calls) <= (4 + 2 * buffer_size + 1 if window_mode == "combine" else 2 * 4)
     if window_mode == "combine":
         # Each block sums only the units its windows cover: the block's gaps and the buffer.
         assert len(seen_rows) == 2 * 6 and max(seen_rows) <= 4 + 2 * buffer_size + 1
+
+
+def test_a_document_of_many_tiny_sentences_holds_one_block_of_vectors_at_a_time(monkeypatch):
+    # 60k distinct sentences of a few characters (a hostile 5M-character document has a
+    # million): all their vectors at once would be 60k x 384 float32 = 88 MiB. A block's
+    # working memory (float64 copies, prefix sums) is ~18 MiB at 1024 gaps, the units ~27.
+    import tracemalloc
+
+    import chunking.strategies.semantic as semantic
+
+    monkeypatch.setattr(semantic, "_GAPS_PER_BLOCK", 1024)
+    text = " ".join(f"W{i}." for i in range(60_000))
+    dimension = 384
+
+    def embed(texts):
+        return np.ones((len(texts), dimension), dtype=np.float32)
+
+    tracemalloc.start()
+    try:
+        spans = split_semantic(text, CHAR, embed, chunk_token_size=4000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "".join(s.text for s in spans).replace(" ", "") == text.replace(" ", "")
+    assert peak < 75 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_a_recording_embedder_keeps_copies_of_at_most_limit_vectors():
+    from chunking.embedding import RecordingEmbedder
+
+    class Plain:
+        model_id, dimension = "plain", 2
+
+        def embed(self, texts):
+            return np.arange(2 * len(texts), dtype=np.float32).reshape(-1, 2)
+
+    recording = RecordingEmbedder(Plain(), limit=3)
+    vectors = recording.embed(["a", "b", "a", "c", "d"])
+    assert vectors.shape == (5, 2)
+    kept = recording.vectors_for({"1": "a", "2": "b", "3": "c", "4": "d"})
+    assert sorted(kept) == ["1", "2", "3"], "the first three distinct texts only"
+    np.testing.assert_array_equal(kept["3"], [6, 7])
+    assert all(v.base is None for v in kept.values()), "copies: no row keeps a whole batch alive"
 
 
 def test_unit_sizes_count_each_sentence_with_the_whitespace_before_it():
