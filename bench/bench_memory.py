@@ -8,20 +8,24 @@ Run::
 The chunk step has no process limit of its own (the parse has ``parse_memory_mb``): a
 document's cost is bounded by ``max_chars`` (5,000,000 characters by default) and
 ``max_chunks``. This bench measures what that bound means, one fresh process per
-(strategy, shape), so each figure is that strategy's alone: the growth of the peak
-resident set (``ru_maxrss``) from just before ``spec.chunk`` to just after it, the
-bytes per character, the seconds, and the chunk count.
+(strategy, shape), so each figure is that strategy's alone: the peak resident set
+during ``spec.chunk`` (``VmHWM``, reset just before it through ``/proc/self/clear_refs``,
+so an earlier peak of the setup does not hide it) less the resident set just before
+it, the bytes per character, the seconds, the chunk count, and whether the pipeline
+would refuse the document for more than ``max_chunks`` chunks (after chunking it,
+so its memory is spent either way).
 
 Shapes of text, each cut to ``--chars``:
 
 * ``prose``: the chunker bench's workload (``bench_strategies.workload``) repeated;
 * ``lines``: one short word per line (``w1\\nw2\\n...``): a piece per line;
 * ``one``: one run of ``x`` with no separator at all: token windows only;
-* ``tiny``: distinct sentences of a few characters (``W1. W2. ...``): the most
-  sentences a text of that length can hold, the semantic strategy's worst case.
+* ``tiny``: distinct sentences of a few characters (``W1. W2. ...``): hundreds of
+  thousands of sentences, each embedded (repeated ones are embedded once).
 
-``semantic`` embeds with a stub that returns float32 vectors of the model's 384
-dimensions (memory is what is measured, not the model); ``--model`` loads the
+``semantic`` embeds as the chunk step does, through a ``RecordingEmbedder`` keeping
+up to ``max_chunks`` vectors, with a stub that returns float32 vectors of the
+model's 384 dimensions (memory is what is measured, not the model); ``--model`` loads the
 bundled all-MiniLM-L6-v2 instead (its weights count in the base, not the growth; a
 5M-character ``tiny`` document then takes minutes and is over the 300 s
 ``chunk_timeout_s`` in the pipeline).
@@ -30,8 +34,8 @@ bundled all-MiniLM-L6-v2 instead (its weights count in the base, not the growth;
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -49,12 +53,13 @@ def text_of(shape: str, chars: int) -> str:
 
         text, _ = workload(DEFAULT_CORPUS, False)
         return ((text + "\n\n") * (chars // len(text) + 1))[:chars]
+    # Enough items for ``chars`` (each takes at least 3 and 4 characters), then cut.
     if shape == "lines":
-        return "\n".join(f"w{i}" for i in range(chars // 4 + 1))[:chars]
+        return "\n".join(f"w{i}" for i in range(chars // 3 + 1))[:chars]
     if shape == "one":
         return "x" * chars
     if shape == "tiny":
-        return " ".join(f"W{i}." for i in range(chars // 5 + 1))[:chars]
+        return " ".join(f"W{i}." for i in range(chars // 4 + 1))[:chars]
     raise SystemExit(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
 
 
@@ -69,10 +74,25 @@ class StubEmbedder:
         return np.ones((len(texts), self.dimension), dtype=np.float32)
 
 
+def _status_kib(field: str) -> int:
+    """``VmRSS`` / ``VmHWM`` of this process from /proc/self/status, in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Set this process's peak resident set (VmHWM) to its current one (Linux 4.0+)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def measure_one(strategy: str, shape: str, chars: int, model: bool) -> dict:
-    """In this process: chunk one document, report the peak RSS growth."""
+    """In this process: chunk one document, report the peak RSS growth during the chunking."""
     sys.path.insert(0, str(ROOT))
     from chunking import default_tokenizer
+    from chunking.embedding import RecordingEmbedder
+    from chunking.limits import DocumentLimits
     from chunking.model import ParsedDocument
     from chunking.strategies import get_strategy
 
@@ -87,16 +107,22 @@ def measure_one(strategy: str, shape: str, chars: int, model: bool) -> dict:
             embedder.embed(["warm up"])
         else:
             embedder = StubEmbedder()
+    limits = DocumentLimits()
+    if embedder is not None:
+        embedder = RecordingEmbedder(embedder, limit=limits.max_chunks)  # as the chunk step wraps it
     doc = ParsedDocument.from_text(text)
     spec = get_strategy(strategy)
     config = spec.parse_config({})
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gc.collect()
+    _reset_peak()
+    before = _status_kib("VmRSS")
     started = time.perf_counter()
     chunks = spec.chunk(doc, config, tokenizer, embedder)
     seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     return {"strategy": strategy, "shape": shape, "chars": len(text), "chunks": len(chunks),
-            "growth_kib": after - before, "base_kib": before, "seconds": seconds}
+            "growth_kib": peak - before, "base_kib": before, "seconds": seconds,
+            "over_max_chunks": len(chunks) > limits.max_chunks}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,17 +138,20 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"one document of {args.chars:,} characters per row, each in a fresh process; "
           f"semantic with {'the bundled model' if args.model else 'a stub embedder (float32, 384 dimensions)'}")
-    print("| strategy | shape | chunks | peak RSS growth MiB | bytes / char | seconds | base RSS MiB |")
+    print("| strategy | shape | chunks | peak RSS growth MiB | bytes / char | seconds | RSS before MiB |")
     print("|---|---|---|---|---|---|---|")
     for strategy in args.strategies.split(","):
         for shape in args.shapes.split(","):
             command = [sys.executable, __file__, "--chars", str(args.chars), "--one", strategy, shape]
             done = subprocess.run(command + (["--model"] if args.model else []), capture_output=True, text=True)
             if done.returncode:
-                print(f"| {strategy} | {shape} | failed: {done.stderr.strip().splitlines()[-1][:80]} | | | | |")
+                # A child the kernel killed (out of memory: -9) leaves no message of its own.
+                said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+                print(f"| {strategy} | {shape} | failed: {said[:80]} | | | | |")
                 continue
             row = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"| {strategy} | {shape} | {row['chunks']:,} | {row['growth_kib'] / 1024:.0f} | "
+            refused = " (over max_chunks: refused)" if row["over_max_chunks"] else ""
+            print(f"| {strategy} | {shape} | {row['chunks']:,}{refused} | {row['growth_kib'] / 1024:.0f} | "
                   f"{row['growth_kib'] * 1024 / row['chars']:.0f} | {row['seconds']:.1f} | {row['base_kib'] / 1024:.0f} |",
                   flush=True)
 

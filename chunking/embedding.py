@@ -527,9 +527,10 @@ class RecordingEmbedder:
     Bounded: the first ``limit`` distinct texts are remembered (copies, so no
     batch's whole array is kept alive by one row), the rest are not; a chunk
     whose vector was not kept is embedded again by the embeddings step. The
-    chunk step passes ``DocumentLimits.max_chunks``: a document of up to that
-    many distinct sentences keeps every vector, and one of a million tiny
-    sentences does not hold a million.
+    chunk step passes ``DocumentLimits.max_chunks``: a document whose strategy
+    embeds up to that many distinct texts (``semantic``: its sentences, or with
+    ``window_mode="reembed"`` its windows) keeps every vector, and one of a
+    million tiny sentences does not hold a million.
     """
 
     def __init__(self, embedder: Embedder, limit: int = 20_000) -> None:

@@ -143,7 +143,7 @@ def sentence_bounds(text: str, offset: int = 0, *, codes: Any = None) -> list[in
     each allocation brings the next cyclic garbage collection nearer). ``[]`` for
     empty text. ``codes``: ``code_points(text)`` when the caller has it already (a
     slice of a document's array: ``code_points(doc)[start:end]`` for
-    ``text = doc[start:end]``), so a long text is not copied to UTF-32 again.
+    ``text = doc[start:end]``), so a long text's code points are not copied again.
     """
     if not isinstance(text, str):
         raise TypeError(f"sentence_spans expects str, got {type(text).__name__}")

@@ -531,7 +531,7 @@ class _TiktokenSpanCounter:
         return counts
 
     def _code_points(self):
-        """numpy uint32: the text's code points (built on first use; no lone surrogates here)."""
+        """numpy unsigned ints, as narrow as the text allows: the text's code points (built on first use)."""
         if self._codes is None:
             from chunking.segmenter import code_points  # shared with the segmenter: one copy per document
 

@@ -14,7 +14,8 @@ itself LangChain's ``SemanticChunker``):
    compares the window of ``buffer_size`` neighbours each side of unit ``i`` with
    the one of unit ``i + 1``.
    ``window_mode="reembed"`` (the reference) embeds each distinct window's text;
-   ``"combine"`` embeds every unit once and sums the unit vectors of a window,
+   ``"combine"`` embeds every unit once (a document of more than 4,096 units:
+   once per block of them, see ``gap_distances``) and sums the unit vectors of a window,
    weighted by their token counts (mean pooling over the concatenation, up to
    context): several times less model work.
 3. Distances: ``d[i] = 1 - cos(left[i], right[i])``.
@@ -52,7 +53,7 @@ Where we differ from the reference, on purpose:
   (``reembed``: about ``n`` windows of ``b + 1`` sentences, not ``n`` of ``2b + 1``).
   ``window_shape="centered", window_mode="reembed"`` is the reference.
 * ``window_mode="combine"`` is the default: every sentence goes through the
-  model once, where re-embedding windows costs ``b + 1`` (gap) or ``2b + 1``
+  model once (the few shared by two blocks of a long document twice), where re-embedding windows costs ``b + 1`` (gap) or ``2b + 1``
   (centred) times the tokens, and the seed's speed target needs that. On the
   50k-token workload of bench/bench_semantic.py its breakpoints agree with
   re-embedded gap windows at F1 0.79 exactly and 0.84 within one sentence

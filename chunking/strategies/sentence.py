@@ -417,7 +417,7 @@ class _Splitter:
         if start == 0 and end == len(self.text):  # a one-page document: no slice, no offset
             return sentence_bounds(self.text)
         # A long slice (a page, text between figures) is segmented from a view of the
-        # document's code points, which the span counter reads too: one UTF-32 copy.
+        # document's code points, which the span counter reads too: one copy.
         codes = code_points(self.text)[start:end] if end - start >= VECTOR_SCAN_CHARS else None
         return sentence_bounds(self.text[start:end], start, codes=codes)
 

@@ -221,14 +221,15 @@ def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
     [("", "uint8"), (" Ω中\xff\uffff", "uint16"), (" Ω中\xff\uffff 😀", "uint32")],
 )
 def test_packed_keys_are_exact_whatever_width_the_code_points_come_in(cl100k, extra, dtype):
-    # code_points is as narrow as the text allows; a key packs characters + 1, which must not
-    # wrap around in the narrow type (\xff and \uffff are the edges of uint8 and uint16).
+    # code_points is as narrow as the text allows (uint8, uint16, uint32): the packed keys and
+    # the word-end index give exact counts at every width, \xff and \uffff (the edges of
+    # uint8 and uint16, too wide to pack) included.
     from chunking.segmenter import code_points
 
     rng = random.Random(5)
     text = "".join(rng.choice(["The", " a", ". ", "\n", "x~", "ab"] + ([extra] if extra else [])) for _ in range(4000))
     count = span_counter(cl100k, text)
-    assert code_points(text).dtype == dtype and hasattr(count, "many")
+    assert code_points(text).dtype == dtype and hasattr(count, "word_ends"), "the one-encoding index"
     starts = sorted(rng.randrange(len(text)) for _ in range(400))
     ends = [min(len(text), s + rng.choice([1, 2, 3, 7, 8, 9, 20, 60])) for s in starts]
     assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
