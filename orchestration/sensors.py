@@ -5,10 +5,13 @@ What is new, changed or deleted is decided against the hashes the store has
 recorded for this folder (not against the cursor alone), so a document the CLI
 has already processed is never requested again, and an empty cursor (first
 start, or a reset) does not re-run everything. The cursor maps doc_id ->
-[sha256, size, mtime_ns]: a file is re-hashed only when its size or mtime moved,
-and a content the cursor already holds was requested on that earlier tick (its
-run may not have reached the store yet), so it is not requested again. Run keys
-are ``doc_id:sha256`` as well, which the daemon never launches twice.
+[data version, size, mtime_ns, sidecar stats, ctime_ns]: a file is re-hashed only when
+one of them moved. ctime because a user cannot set it: a rewrite that keeps the size and
+restores the mtime (``cp -p``, ``rsync -a``, ``tar -x``) and a ``chmod`` that makes an
+unreadable file readable both move it and nothing else. A content the cursor already
+holds was requested on that earlier tick (its run may not have reached the store yet),
+so it is not requested again. Run keys are ``doc_id:<data version>#<n>``, n the number
+of the requesting tick (kept in the cursor), which the daemon never launches twice.
 
 One owner per document run: while a CLI ingest holds the instance's run lock
 (``orchestration.runlock``) the sensor skips, and looks again after it.
@@ -38,7 +41,7 @@ SENSOR_LOCK_TIMEOUT_S = 10.0
 
 
 def _load_cursor(raw: str | None) -> tuple[dict[str, list], int]:
-    """The cursor's documents (doc_id -> [data version, size, mtime_ns, sidecar stats]) and how
+    """The cursor's documents (doc_id -> [data version, size, mtime_ns, sidecar stats, ctime_ns]) and how
     many ticks of this sensor have requested runs; ``({}, 0)`` for none, and what an older cursor
     lacks is empty or 0."""
     try:
@@ -85,13 +88,15 @@ def documents_sensor(
         prev = previous.get(doc_id)
         # The sidecars beside it are part of its content too (resources.documents.data_version).
         sidecars = sidecars_stat(source) if stat is not None else []
-        if stat is not None and prev and prev[1:] == [stat.st_size, stat.st_mtime_ns, sidecars]:
+        # An entry of an older cursor (no ctime) never matches: each document is hashed once more.
+        seen = None if stat is None else [stat.st_size, stat.st_mtime_ns, sidecars, stat.st_ctime_ns]
+        if seen is not None and prev and prev[1:] == seen:
             sha = prev[0]
         else:
             sha = current_fingerprint(source)
             if sha is None:
                 continue
-        state[doc_id] = [sha, -1, -1, []] if stat is None else [sha, stat.st_size, stat.st_mtime_ns, sidecars]
+        state[doc_id] = [sha, -1, -1, [], -1] if seen is None else [sha, *seen]
 
     changes = diff_folder({d: e[0] for d, e in state.items()}, known_sha)
     if skip := _cli_owns_documents(context):

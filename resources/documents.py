@@ -239,17 +239,18 @@ def sidecars_digest(path: Path) -> str | None:
 
 
 def sidecars_stat(source: SourceFile) -> list[list[int]]:
-    """(size, mtime_ns) of each sidecar beside a readable document (``[-1, -1]`` where there is
-    none): with the document's own stat, what tells the sensor it need not hash it again."""
+    """(size, mtime_ns, ctime_ns) of each sidecar beside a readable document (``[-1, -1, -1]``
+    where there is none): with the document's own stat, what tells the sensor it need not hash
+    it again (ctime: see orchestration.sensors)."""
     if source.refusal is not None:
         return []
     out = []
     for sidecar in sidecars_beside(source.readable_path):
         try:
             info = sidecar.lstat()
-            out.append([info.st_size, info.st_mtime_ns])
+            out.append([info.st_size, info.st_mtime_ns, info.st_ctime_ns])
         except OSError as exc:
-            out.append([-1, -1] if _absent(exc) else [-2, exc.errno or 0])
+            out.append([-1, -1, -1] if _absent(exc) else [-2, exc.errno or 0, -2])
     return out
 
 

@@ -65,6 +65,59 @@ def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
     assert not second.dynamic_partitions_requests  # the partition already exists
 
 
+def _after_the_ctime_moves(path, write):
+    """``write()``, retried until ``path``'s ctime moved: file timestamps are as coarse as the
+    kernel's clock tick, so two writes within one tick may leave the same ctime."""
+    import time
+
+    before = path.stat().st_ctime_ns
+    for _ in range(200):
+        write()
+        if path.stat().st_ctime_ns != before:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the ctime of {path} did not move in 2 s")
+
+
+def test_a_rewrite_that_keeps_the_size_and_restores_the_mtime_is_seen(instance, resources, docs_dir):
+    # cp -p, rsync -a, tar -x: new bytes of the same length under the old mtime. Only the
+    # ctime, which no user can set, says the file changed.
+    import os
+
+    alpha = docs_dir / "alpha.md"
+    first = evaluate(instance, resources)
+    old = alpha.stat()
+    new_text = alpha.read_text(encoding="utf-8").replace("a", "b", 1)
+    assert len(new_text) == len(alpha.read_text(encoding="utf-8")) and new_text.isascii()
+
+    def rewrite_keeping_the_mtime():
+        alpha.write_text(new_text, encoding="utf-8")
+        os.utime(alpha, ns=(old.st_atime_ns, old.st_mtime_ns))
+
+    _after_the_ctime_moves(alpha, rewrite_keeping_the_mtime)
+    assert (alpha.stat().st_size, alpha.stat().st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    second = evaluate(instance, resources, first.cursor)
+    assert run_keys(second) == [f"alpha.md:{sha256_file(alpha)}"]
+
+
+def test_an_unchanged_folder_is_not_hashed_again_and_an_older_cursor_once(instance, resources, docs_dir,
+                                                                         monkeypatch):
+    import orchestration.sensors as sensors
+
+    first = evaluate(instance, resources)
+    hashed = []
+    fingerprint = sensors.current_fingerprint
+    monkeypatch.setattr(sensors, "current_fingerprint", lambda source: hashed.append(source) or fingerprint(source))
+    again = evaluate(instance, resources, first.cursor)
+    assert hashed == [] and again.run_requests == []
+    # A cursor of the version before ctime was kept: each document is hashed once more, and
+    # nothing is requested again (the content is the one that cursor requested).
+    cursor = json.loads(first.cursor)
+    cursor["docs"] = {doc: entry[:4] for doc, entry in cursor["docs"].items()}
+    older = evaluate(instance, resources, json.dumps(cursor))
+    assert len(hashed) == 2 and older.run_requests == []
+
+
 def test_content_back_to_an_earlier_version_gets_a_run_key_the_daemon_has_not_seen(instance, resources, docs_dir):
     # The daemon skips a request whose run key an earlier run of this sensor had: "doc:sha" alone
     # made a document reverted to an earlier version (or a sidecar removed again) never run.
