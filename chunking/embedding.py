@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from chunking.limits import check_time_budget, current_time_budget
+from chunking.limits import DocumentLimits, check_time_budget, current_time_budget
 
 
 @runtime_checkable
@@ -527,17 +527,17 @@ class RecordingEmbedder:
     Bounded: the first ``limit`` distinct texts are remembered (copies, so no
     batch's whole array is kept alive by one row), the rest are not; a chunk
     whose vector was not kept is embedded again by the embeddings step. The
-    chunk step passes ``DocumentLimits.max_chunks``: a document whose strategy
-    embeds up to that many distinct texts (``semantic``: its sentences, or with
-    ``window_mode="reembed"`` its windows) keeps every vector, and one of a
-    million tiny sentences does not hold a million.
+    limit is ``max_chunks`` (the default's, or the configured one the chunk step
+    passes): a document whose strategy embeds up to that many distinct texts
+    (``semantic``: its sentences, or with ``window_mode="reembed"`` its windows)
+    keeps every vector, and one of a million tiny sentences does not hold a million.
     """
 
-    def __init__(self, embedder: Embedder, limit: int = 20_000) -> None:
+    def __init__(self, embedder: Embedder, limit: int | None = None) -> None:
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dimension = embedder.dimension
-        self.limit = limit
+        self.limit = DocumentLimits().max_chunks if limit is None else limit
         self._vectors: dict[str, np.ndarray] = {}
 
     def __getattr__(self, name: str):
