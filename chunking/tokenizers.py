@@ -423,7 +423,7 @@ class _TiktokenSpanCounter:
                  "_codes", "short_keys")
 
     def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int],
-                 short_keys=None):
+                 short_keys):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
         whole text starting before each word end): numpy int64 arrays. ``short_keys``:
         ``TiktokenTokenizer.short_key_counts()``, shared across texts like ``cache``."""
@@ -436,10 +436,6 @@ class _TiktokenSpanCounter:
         self._word_ends = self._tokens_before = None
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
         self._codes = None  # the text's code points, for _packed_keys
-        if short_keys is None:
-            import numpy as np
-
-            short_keys = np.full(_SHORT_KEYS, -1, dtype=np.int32)
         self.short_keys = short_keys
 
     @classmethod
