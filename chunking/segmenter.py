@@ -341,26 +341,34 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
     is_break = (back < 0) | tables.is_space.take(chars)
     word_length = np.where(is_break.any(axis=1), is_break.argmax(axis=1), _WORD_PROBE)
     in_word = np.arange(_WORD_PROBE)[None, :] < word_length[:, None]
-    marked = (in_word & tables.is_dot_or_opener.take(chars)).any(axis=1)
+    openers = in_word & tables.is_opener.take(chars)
+    has_opener = openers.any(axis=1)
+    has_dot = (in_word & (chars == ord("."))).any(axis=1)
+    marked = has_dot | has_opener
     # A word holding a dot but no opening quote / bracket (none to strip from its start, so
     # its last two characters are those probed) that does not end in "." then a letter
     # (an ASCII non-letter is certainly none): no dotted acronym, none of the listed words
     # (the dotted ones, "e.g" and "i.e", end so) and not an initial: the rules end the
     # sentence ("os.path. The", "3.2. The").
-    dotted_plain = marked & ~(in_word & tables.is_opener.take(chars)).any(axis=1) & (word_length >= 2)
+    dotted_plain = has_dot & ~has_opener & (word_length >= 2)
     folded = chars[:, 0] | 0x20
     ascii_non_letter = (chars[:, 0] < 0x80) & ~((folded >= ord("a")) & (folded <= ord("z")))
     dotted_plain &= (chars[:, 1] != ord(".")) | ascii_non_letter
     boundary[dots[dotted_plain]] = True
-    unknown[dots[marked & ~dotted_plain]] = True
+    lowered = chars + 32 * ((chars >= ord("A")) & (chars <= ord("Z")))
+    # A word holding an opening quote / bracket but no dot ("connect().", "'NaN'.", "[a-z]."):
+    # the rules read it without its leading openers, which is then no dotted acronym (one
+    # ends in "." and a letter, so its dot would be probed).
+    decided_opener = _opener_words(np.flatnonzero(has_opener & ~has_dot), chars, lowered, openers, word_length,
+                                   dots, boundary)
+    unknown[dots[marked & ~dotted_plain & ~decided_opener]] = True
     # No word, or one longer than every listed abbreviation: the rules end the sentence.
     boundary[dots[~marked & ((word_length == 0) | (word_length == _WORD_PROBE))]] = True
     short = ~marked & (word_length > 0) & (word_length < _WORD_PROBE)
     # A short ASCII word: lowercased (A-Z only, as str.lower does in ASCII) and packed into
     # one integer, then compared with the listed words' integers all at once.
     ascii_word = ~(in_word & (chars >= 0x80)).any(axis=1)
-    lowered = chars + 32 * ((chars >= ord("A")) & (chars <= ord("Z")))
-    listed = np.isin(_word_keys(lowered, in_word), _listed_word_keys())
+    listed = _is_listed(_word_keys(lowered, in_word))
     single_letter = (word_length == 1) & (lowered[:, 0] >= ord("a")) & (lowered[:, 0] <= ord("z"))
     decided = short & ascii_word
     unknown[dots[decided & listed]] = True  # the rules look at the next word ("no. 5", "Inc. The")
@@ -431,17 +439,18 @@ def code_points(text: str, keep: bool = True):
     return codes
 
 
-def _step_over(positions, stepping, codes, is_class, max_steps: int):
+def _step_over(positions, stepping, codes, is_class, max_steps: int, limits=None):
     """Advance ``positions[stepping]`` in place past characters of one class (``is_class``,
-    a table over code points), at most ``max_steps`` each; returns the indices still inside
-    such a run after that many steps (the caller leaves them to the per-candidate rules).
-    Step by step, not a search: the runs stepped over here are short."""
-    import numpy as np
-
+    a table over code points), at most ``max_steps`` each and never past ``limits`` (per
+    position; the text's end by default); returns the indices still inside such a run
+    after that many steps (the caller leaves them to the per-candidate rules).
+    Step by step, not a search: the runs stepped over here are short (wider looks, a
+    window of characters per step, measured slower on the chunker bench's workload)."""
     size = len(codes)
     for _ in range(max_steps):
         at = positions[stepping]
-        stepping = stepping[(at < size) & is_class.take(codes.take(at, mode="clip"))]
+        limit = size if limits is None else limits[stepping]
+        stepping = stepping[(at < limit) & is_class.take(codes.take(at, mode="clip"))]
         if not len(stepping):
             break
         positions[stepping] += 1
@@ -457,6 +466,50 @@ def _word_keys(lowered, in_word):
     return (((lowered.astype(np.int64) + 1) * in_word) << shifts[None, :]).sum(axis=1)
 
 
+def _opener_words(rows, chars, lowered, openers, word_length, dots, boundary):
+    """Settle the lone periods after ``rows`` (words with an opener and no dot in the probe);
+    returns a mask over all the probed words: True where settled (``boundary`` set for those
+    that end a sentence). The rules read ``word.lstrip(_OPENERS)``:
+
+    * its characters from the farthest probed one that is no opener on, so when that is the
+      ``_WORD_PROBE``-th the word is longer than every listed one: a boundary;
+    * with the word whole in the probe, nothing left (only openers, ``'"'.``): a boundary;
+      a listed word (``(no.``) waits for the next word, as a plain one does; one ASCII
+      letter (``(J.``) is an initial, no boundary; another ASCII word, a boundary.
+
+    The rest (openers up to the probe's end, non-ASCII characters) go to the rules.
+    """
+    import numpy as np
+
+    decided = np.zeros(len(chars), dtype=bool)
+    if not len(rows):
+        return decided
+    kept = ~openers[rows] & (np.arange(_WORD_PROBE)[None, :] < word_length[rows, None])
+    # Past the farthest character that is no opener: the stripped word's length.
+    stripped = np.where(kept.any(axis=1), _WORD_PROBE - kept[:, ::-1].argmax(axis=1), 0)
+    whole = word_length[rows] < _WORD_PROBE
+    long_ = stripped == _WORD_PROBE  # its first character is the probe's last: 7 or more
+    in_stripped = np.arange(_WORD_PROBE)[None, :] < stripped[:, None]
+    ascii_ = ~(in_stripped & (chars[rows] >= 0x80)).any(axis=1)
+    short = whole & (stripped > 0) & ascii_
+    listed = short & _is_listed(_word_keys(lowered[rows], in_stripped))
+    first = lowered[rows, 0]
+    initial = short & (stripped == 1) & (first >= ord("a")) & (first <= ord("z"))
+    ends = long_ | (whole & (stripped == 0)) | (short & ~listed & ~initial)
+    boundary[dots[rows[ends]]] = True
+    decided[rows[ends | (short & ~listed & initial)]] = True
+    return decided
+
+
+def _is_listed(keys):
+    """Whether each ``_word_keys`` value is one of the listed words' (binary search: ~70 keys)."""
+    import numpy as np
+
+    listed = _listed_word_keys()
+    found = np.searchsorted(listed, keys).clip(max=len(listed) - 1)
+    return listed[found] == keys
+
+
 @functools.cache
 def _listed_word_keys():
     """``_word_keys`` of the listed abbreviations short enough to be probed."""
@@ -468,7 +521,7 @@ def _listed_word_keys():
     for row, word in enumerate(words):
         backwards[row, : len(word)] = [ord(c) for c in reversed(word)]
         in_word[row, : len(word)] = True
-    return _word_keys(backwards, in_word)
+    return np.sort(_word_keys(backwards, in_word))
 
 
 def _candidate_arrays(text: str, codes, tables: "_Tables"):
@@ -488,7 +541,7 @@ def _candidate_arrays(text: str, codes, tables: "_Tables"):
         mask |= codes == code
     hits = np.flatnonzero(mask)
     hits = hits[tables.is_ending.take(codes.take(hits))]
-    blanks = np.array([m.span() for m in _BLANK_LINE.finditer(text)], dtype=np.int64).reshape(-1, 2)
+    blanks = _blank_lines(text, codes, tables)
     if len(hits):
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(hits) != 1) + 1))
         starts = hits[firsts]
@@ -511,6 +564,35 @@ def _candidate_arrays(text: str, codes, tables: "_Tables"):
     )
 
 
+def _blank_lines(text: str, codes, tables: "_Tables"):
+    """``_BLANK_LINE.finditer(text)``'s spans as an ``(n, 2)`` int64 array, found from the newlines.
+
+    A blank line is two newlines with only other whitespace between. The regex takes
+    them left to right without overlap, so of a run of blank lines sharing newlines
+    (``"\\n\\n\\n\\n"``) it takes the first, third, ... A regex scan of a text holding
+    non-Latin-1 characters costs ~2 ns a character; the newlines are a few percent of it.
+    """
+    import numpy as np
+
+    newlines = np.flatnonzero(codes == ord("\n"))
+    if len(newlines) < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    ends = newlines[1:]
+    gap_at = newlines[:-1] + 1  # stepped over whitespace up to the next newline (or the first other character)
+    stepping = _step_over(gap_at, np.flatnonzero(gap_at < ends), codes, tables.is_space, _MAX_WHITESPACE_STEPS, ends)
+    blank = gap_at == ends
+    for index in stepping.tolist():  # whitespace longer than the steps took (or just ended)
+        rest = text[gap_at[index] : ends[index]]
+        blank[index] = not rest or rest.isspace()
+    pairs = np.flatnonzero(blank)
+    if len(pairs):
+        # In a run of consecutive pairs, each after a taken one starts on its last newline.
+        run_start = np.concatenate(([True], np.diff(pairs) != 1))
+        first_of_run = pairs[run_start][np.cumsum(run_start) - 1]
+        pairs = pairs[(pairs - first_of_run) % 2 == 0]
+    return np.stack((newlines[pairs], newlines[pairs + 1] + 1), axis=1).astype(np.int64, copy=False)
+
+
 class _Tables(NamedTuple):
     """Per code point: the character classes the rules test (``str`` methods and sets, precomputed)."""
 
@@ -520,7 +602,6 @@ class _Tables(NamedTuple):
     is_space: Any  # str.isspace, which is also regex \s; no code point above U+3000 is whitespace
     is_closer: Any
     is_opener: Any
-    is_dot_or_opener: Any
     is_lower: Any  # str.islower over the Basic Multilingual Plane (beyond it: _evaluate)
 
 
@@ -542,7 +623,6 @@ def _scan_tables() -> _Tables:
         is_space=is_space,
         is_closer=flags(_CLOSERS),
         is_opener=flags(_OPENERS),
-        is_dot_or_opener=flags("." + _OPENERS),
         is_lower=np.array([chr(i).islower() for i in range(0x10000)], dtype=bool),
     )
 

@@ -143,6 +143,11 @@ _LONG_TEXT_PIECES = st.sampled_from(
         ". ", ".", "! ", "?! ", "... ", "…", "。", "！", "？", "‼", ".\u3000", ".\u2029",
         "\"", "'", "”", "」", "）", "(", "“", "「", "«",
         " ", "  ", "\n", "\n\n", "\n  \n", "\t", " " * 40, "\n" + " " * 45 + "\n",
+        # Words with an opener and no dot before a lone period: leading openers stripped, or not.
+        "connect()", "'NaN'", "(no", "((no", "(J", "\"j", "(v", "«Dr", "(" * 6 + "x", "(" * 7 + "no", "a(b", "[a-z]",
+        "'a///b'", "(point)", "“Py3k”", "(é", "(É", "x«y", "(approx", "(Inc", "(The", "(" * 5 + "Mrs", "“I",
+        # Blank lines of other whitespace, and runs of them sharing newlines.
+        "\r\n", "\r\n\r\n", "\n\x0b\n", "\n\u2028\n", "\n\n\n", "\n \t\n\n",
     ]
 )  # fmt: skip
 _FILLER = "Filler words here. "
@@ -157,6 +162,44 @@ def test_long_text_path_cuts_where_the_rules_cut(pieces):
     assert len(text) >= _VECTOR_SCAN_CHARS
     assert _long_text_spans(text) == _spans_candidate_by_candidate(text)
     assert sentence_spans(text) == _long_text_spans(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["\n", "\n", " ", "\t", "\r", "\x0b", "\u2028", "\u3000", "\x85", "a", "中", " " * 40]),
+                max_size=40).map("".join))
+def test_blank_lines_from_the_newlines_are_the_regex_matches(text):
+    from chunking.segmenter import _BLANK_LINE, _blank_lines, _scan_tables, code_points
+
+    found = _blank_lines(text, code_points(text, keep=False), _scan_tables())
+    assert found.tolist() == [list(m.span()) for m in _BLANK_LINE.finditer(text)]
+
+
+@pytest.mark.parametrize(
+    ("phrase", "cut"),
+    [
+        ("call connect(). The end", True),  # the word is longer than any listed one
+        ("see 'NaN'. Then more", True),
+        ("as in (approx. Five more", False),  # "approx" once its opener is stripped: never final
+        ("see (no. 5 here", False),  # "no" before a number
+        ("said (no. The end", True),
+        ("made by (Inc. Board members", False),  # rarely final: only before a sentence starter
+        ("made by (Inc. The end", True),
+        ("by (J. Smith", False),  # an initial
+        ("by (É. Smith", False),  # an initial outside ASCII (left to the rules)
+        ("odd ((. The end", True),  # only openers: no word
+        ("odd ((((((((no. The end", True),  # openers past the probe (left to the rules)
+        ("call f(x). The end", True),
+        ("a «Dr. Who» show", False),
+    ],
+)
+def test_long_text_path_reads_words_with_openers_as_the_rules_do(phrase, cut):
+    # Each phrase has one lone period before a space: cut there, or not.
+    filler = _FILLER * (_VECTOR_SCAN_CHARS // len(_FILLER) + 1)
+    text = filler + phrase + " " + filler
+    period = len(filler) + phrase.index(". ") + 2
+    spans = _long_text_spans(text)
+    assert spans == _spans_candidate_by_candidate(text)
+    assert (period in {end for _, end in spans}) is cut
 
 
 def test_long_text_path_on_the_corpus_cuts_where_the_rules_cut():
