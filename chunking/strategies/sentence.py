@@ -98,11 +98,10 @@ overlap of a boundary-less run is taken once (the reference compounds it).
 
 from __future__ import annotations
 
-import bisect
 import operator
 import re
 from functools import cached_property
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, repeat
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -188,7 +187,7 @@ class _Units:
     (``_Draft.units``: page-break repair, a re-split, tests).
     """
 
-    __slots__ = ("starts", "ends", "pages", "tokens", "figures", "pieces", "_cumulative", "_breaks", "_figure_indexes")
+    __slots__ = ("starts", "ends", "pages", "tokens", "figures", "pieces", "_cumulative", "_breaks", "_figures_before")
 
     def __init__(self, starts: list[int], ends: list[int], pages: list[int], tokens: list[int],
                  figures: list[bool], pieces: list[bool]) -> None:
@@ -196,7 +195,7 @@ class _Units:
         self.figures, self.pieces = figures, pieces
         self._cumulative: list[int] | None = None  # tokens of units [0, i), built on first use
         self._breaks: list[int] | None = None  # joins that are not contiguous among units [0, i]
-        self._figure_indexes: list[int] | None = None  # ascending, built on first use
+        self._figures_before: list[int] | None = None  # figures among units [0, i), built on first use
 
     @classmethod
     def of(cls, units: list[Unit]) -> "_Units":
@@ -218,11 +217,10 @@ class _Units:
         return self._cumulative[hi] - self._cumulative[lo]
 
     def any_figure(self, lo: int, hi: int) -> bool:
-        """``any(figures[lo:hi])``, by a binary search over the figures' indexes."""
-        if self._figure_indexes is None:
-            self._figure_indexes = list(compress(range(len(self.figures)), self.figures))
-        k = bisect.bisect_left(self._figure_indexes, lo)
-        return k < len(self._figure_indexes) and self._figure_indexes[k] < hi
+        """``any(figures[lo:hi])``, from cumulative figure counts (asked once per chunk)."""
+        if self._figures_before is None:
+            self._figures_before = list(accumulate(self.figures, initial=0))
+        return self._figures_before[hi] != self._figures_before[lo]
 
     def contiguous(self, lo: int, hi: int) -> bool:
         """Whether each unit of [lo, hi) starts where the one before ends, on the same page."""
@@ -972,7 +970,7 @@ class _Splitter:
         texts = [draft.text + draft.overlap for draft in drafts]
         counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
-        figures = [self.is_figure(draft) for draft in drafts] if self.any_figure else repeat(False)
+        figures = [draft.figure for draft in drafts] if self.any_figure else repeat(False)  # is_figure
         cap, make_chunk = self.cap, self.make_chunk
         for draft, text, tokens, verbatim_at_start, figure in zip(drafts, texts, counts, at_start, figures):
             if tokens > cap and draft.overlap:
