@@ -29,10 +29,10 @@ A boundary is placed after
 This is deliberately a rule set, not a model: it runs at regex speed over
 megabytes and its mistakes are predictable. Texts from ``_VECTOR_SCAN_CHARS`` on
 are scanned for candidate endings with numpy (the same candidates, several times
-faster than a regex character class holding non-Latin-1 characters), and the
-rules are applied there to all candidates at once where their outcome needs
-nothing beyond per-character tables (96% of the 21,074 candidates of the chunker
-bench's workload: all but 797); the others go through the same per-candidate rules as short texts
+faster than a regex character class holding non-Latin-1 characters; blank lines
+from the newlines), and the rules are applied there to all candidates at once
+where their outcome needs nothing beyond per-character tables (all but 96 of the
+21,074 candidates of the chunker bench's workload); the others go through the same per-candidate rules as short texts
 (:func:`_long_text_spans`; ``tests/chunking/test_segmenter.py`` checks that both
 paths cut alike).
 """
@@ -272,10 +272,12 @@ def _long_text_bounds(text: str, offset: int = 0, codes: Any = None) -> list[int
     these tables do: a blank line, a CJK ending, ``!``/``?``, a lowercase next
     word (after its opening quotes / brackets), ``..``/``…``, a period and closing
     quotes / brackets, or a lone ``.`` after a word that is none of the listed
-    abbreviations and holds no opening bracket (short ASCII words are looked up all
-    at once; a word with a dot that does not end in a dot and one character is no
-    dotted acronym; an unlisted ASCII initial is no boundary). Every other candidate
-    (a listed word or a possible dotted acronym before the period, more than
+    abbreviations (short ASCII words are looked up all at once; a word with a dot
+    that does not end in a dot and one character is no dotted acronym; an unlisted
+    ASCII initial is no boundary; a word with opening quotes / brackets and no dot
+    is read without its leading ones, see :func:`_opener_words`). Every other candidate
+    (a listed word or a possible dotted acronym before the period, openers up to
+    the probe's end, more than
     ``_MAX_CLOSER_STEPS`` closers or openers, a
     whitespace run longer than ``_MAX_WHITESPACE_STEPS``, a next character outside
     the BMP) goes to ``_evaluate`` itself, so there is one rule set and this is its
@@ -529,7 +531,7 @@ def _candidate_arrays(text: str, codes, tables: "_Tables"):
 
     Runs of ending characters are found on the code points (a regex character
     class holding non-Latin-1 characters scans at ~40 ns per char); blank lines
-    by regex (its literal first character makes that scan fast).
+    from the newlines (:func:`_blank_lines`).
     """
     import numpy as np
 
