@@ -95,6 +95,12 @@ def workload(corpus: Path, quick: bool) -> tuple[str, list[str]]:
 class Chunker:
     name: str
     run: Callable[[str], int]  # chunk the text, return the number of chunks
+    # Forget what the chunker remembered of the texts it has counted (not timed): called before
+    # each timed run unless --warm. Every repetition chunks the same text, and a memo of counts
+    # would answer all of a second run from the first (semchunk's memoized counter, of whole
+    # candidate chunks, took it from ~4.4 to ~1.1 encodes here): a bench of one document read
+    # the memo of that very document. Tables that do not depend on the text stay built.
+    reset: Callable[[], None] | None = None
 
 
 # ``sentence`` maps ``chunk_token_size`` to its cap but has no overlap size: its own row keeps
@@ -116,8 +122,15 @@ def own_chunkers(tokenizer) -> list[Chunker]:
         def run(text: str, spec=spec, config=config) -> int:
             return len(spec.chunk(ParsedDocument.from_text(text), config, tokenizer, None))
 
-        out.append(Chunker(f"chunkyard {label}", run))
+        out.append(Chunker(f"chunkyard {label}", run, lambda: forget_counts(tokenizer)))
     return out
+
+
+def forget_counts(tokenizer) -> None:
+    """Empty the counts a ``TiktokenTokenizer`` keeps across texts (short pieces, and the dense
+    table of one- and two-character ones), as in a process that has counted nothing yet."""
+    tokenizer.small_counts().clear()
+    tokenizer.short_key_counts().fill(-1)
 
 
 def peer_chunkers(encoding) -> tuple[list[Chunker], list[str]]:
@@ -135,8 +148,10 @@ def peer_chunkers(encoding) -> tuple[list[Chunker], list[str]]:
         token = chonkie.TokenChunker(tokenizer=encoding, chunk_size=CHUNK_TOKENS, chunk_overlap=0)
         sentence = chonkie.SentenceChunker(tokenizer=encoding, chunk_size=CHUNK_TOKENS, chunk_overlap=0)
         version = getattr(chonkie, "__version__", "?")
+        # RecursiveChunker memoizes counts of the texts it estimates (an lru_cache on the method).
+        counts_memo = getattr(type(recursive)._estimate_token_count, "cache_clear", None)
         found += [
-            Chunker(f"chonkie {version} Recursive", lambda t: len(recursive.chunk(t))),
+            Chunker(f"chonkie {version} Recursive", lambda t: len(recursive.chunk(t)), counts_memo),
             Chunker(f"chonkie {version} Token", lambda t: len(token.chunk(t))),
             Chunker(f"chonkie {version} Sentence", lambda t: len(sentence.chunk(t))),
         ]
@@ -145,8 +160,9 @@ def peer_chunkers(encoding) -> tuple[list[Chunker], list[str]]:
     try:
         import semchunk
 
-        semchunker = semchunk.chunkerify(encoding, CHUNK_TOKENS)
-        found.append(Chunker(f"semchunk {_version('semchunk')}", lambda t: len(semchunker(t))))
+        semchunker = semchunk.chunkerify(encoding, CHUNK_TOKENS)  # memoize=True, its default
+        found.append(Chunker(f"semchunk {_version('semchunk')}", lambda t: len(semchunker(t)),
+                             getattr(semchunker.token_counter, "cache_clear", None)))
     except ImportError:
         absent.append("semchunk")
     try:
@@ -232,6 +248,7 @@ def measure(
     encode: Callable[[str], object],
     repeat: int,
     clock: Callable[[], tuple[float, float]] = _clock,
+    warm: bool = False,
 ) -> list[Row]:
     """Per chunker: ratios to the encodes bracketing it, over ``repeat`` interleaved rounds.
 
@@ -240,7 +257,8 @@ def measure(
     is also the next chunker's "before", so bracketing costs one encode per round).
     One encode before only would charge the chunker with any drift of the machine's
     speed over the pair (another tenant starting or stopping); the mean of both
-    cancels a steady drift. ``clock()`` gives (wall, CPU) seconds.
+    cancels a steady drift. ``clock()`` gives (wall, CPU) seconds. Before each timed run a
+    chunker's ``reset`` empties its memo of counts (not timed), unless ``warm``.
     """
     rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
 
@@ -260,6 +278,8 @@ def measure(
             if row.error:
                 continue
             text = fresh_copy(text)
+            if chunker.reset is not None and not warm:
+                chunker.reset()
             try:
                 wall, cpu, chunks = timed(chunker.run, text)
             except Exception as exc:  # a peer's bug must not hide the rest of the table
@@ -340,7 +360,8 @@ def stages(text: str, tokenizer, repeat: int) -> str:
         "Chunk objects and provenance",
     ]
     ratios: list[list[float]] = [[] for _ in names]
-    for _ in range(repeat + 1):  # the first round warms tables and caches (not counted)
+    for _ in range(repeat + 1):  # the first round builds the tables (not counted)
+        forget_counts(tokenizer)  # as measure() does before each run
         copy = fresh_copy(text)
         seconds = [_cpu(tokenizer._encoding.encode_ordinary, copy)[0]]
         copy = fresh_copy(text)
@@ -402,7 +423,8 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
         "counting chunks, `Chunk` objects, provenance",
     ]
     ratios = {"sentence": [[] for _ in sentence_names], "sentence_window": [[] for _ in window_names]}
-    for round_ in range(repeat + 1):  # the first round warms tables and caches (not counted)
+    for round_ in range(repeat + 1):  # the first round builds the tables (not counted)
+        forget_counts(tokenizer)  # as measure() does before each run
         reference = _cpu(tokenizer._encoding.encode_ordinary, fresh_copy(text))[0]
 
         copy = fresh_copy(text)
@@ -426,6 +448,7 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
             for k, value in enumerate(seconds):
                 ratios["sentence"][k].append(value / reference)
 
+        forget_counts(tokenizer)
         copy = fresh_copy(text)
         doc = ParsedDocument.from_text(copy)
         seconds = [_cpu(tokenizer.encode_text, copy)[0]]
@@ -472,13 +495,13 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
 CALLGRIND_MARKER = "getppid"
 
 
-def instructions(chunkers: list[Chunker], text: str) -> list[tuple[str, int, int, int]]:
+def instructions(chunkers: list[Chunker], text: str, warm: bool = False) -> list[tuple[str, int, int, int]]:
     """Per chunker: ``(name, instructions of one encode_ordinary, instructions of the chunker, chunks)``.
 
     Counted by valgrind's callgrind in one child process (this script with ``--callgrind-child``),
     which repeats what one round of :func:`measure` does, each chunker once more beforehand to
-    warm its tables and caches as the later rounds have them. Instruction counts do not move
-    with the machine's load, so a difference of a few hundredths of an encode shows, where the
+    build its tables as the later rounds have them (its memo of counts then emptied, unless
+    ``warm``). Instruction counts do not move with the machine's load, so a difference of a few hundredths of an encode shows, where the
     wall-clock medians of one run and the next differ by about 0.1. They are not time: an
     instruction of the regex engine and one of numpy's SIMD loops do not cost the same.
     """
@@ -497,7 +520,7 @@ def instructions(chunkers: list[Chunker], text: str) -> list[tuple[str, int, int
         out = Path(folder) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", f"--dump-before={CALLGRIND_MARKER}", f"--callgrind-out-file={out}",
                    sys.executable, str(Path(__file__).resolve()), "--callgrind-child", str(workload_file),
-                   "--callgrind-names", json.dumps(names)]
+                   "--callgrind-names", json.dumps(names), *(["--warm"] if warm else [])]
         # A fixed hash seed: set and dict orders, and so the work, are the same from one run to the next.
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         if done.returncode != 0:
@@ -537,8 +560,9 @@ def rows_from_parts(parts: dict[int, int], names: list[str], chunks: list[int]) 
     return [(name, parts[3 * k + 2], parts[3 * k + 3], chunks[k]) for k, name in enumerate(names)]
 
 
-def callgrind_child(workload_file: Path, names: list[str]) -> None:
-    """The child of :func:`instructions`: one warm-up and one measured round per chunker, between markers."""
+def callgrind_child(workload_file: Path, names: list[str], warm: bool = False) -> None:
+    """The child of :func:`instructions`: one warm-up and one measured round per chunker, between markers
+    (its memo of counts emptied before the measured round, unless ``warm``, as :func:`measure` does)."""
     import json
 
     text = workload_file.read_text(encoding="utf-8")
@@ -549,7 +573,9 @@ def callgrind_child(workload_file: Path, names: list[str]) -> None:
     marker = getattr(os, CALLGRIND_MARKER)
     chunks = []
     for chunker in chunkers:
-        chunker.run(fresh_copy(text))  # warm-up, as the wall-clock rounds after the first have it
+        chunker.run(fresh_copy(text))  # warm-up: imports and tables, as the wall-clock rounds have them
+        if chunker.reset is not None and not warm:
+            chunker.reset()
         copy = fresh_copy(text)
         marker()
         encoding.encode_ordinary(copy)
@@ -587,6 +613,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instructions", action="store_true",
                         help="instead of timing: count each chunker's instructions and one encode's with valgrind "
                         "(callgrind; minutes: ~30 s of start plus ~25 s per chunker, longer for slow peers)")
+    parser.add_argument("--warm", action="store_true",
+                        help="keep each chunker's memo of counts between repetitions (sessions 1-22 measured so: "
+                        "every repetition chunks the same text, so a memo answers from the first)")
     parser.add_argument("--callgrind-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--callgrind-names", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -594,7 +623,7 @@ def main(argv: list[str] | None = None) -> None:
         import json
 
         logging.disable(logging.WARNING)
-        callgrind_child(args.callgrind_child, json.loads(args.callgrind_names))
+        callgrind_child(args.callgrind_child, json.loads(args.callgrind_names), args.warm)
         return
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}; nothing to benchmark")
@@ -615,7 +644,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"workload: {len(text):,} chars, {len(files)} files joined: {', '.join(files)}")
         print(f"chunks of {CHUNK_TOKENS} tokens; instructions counted by callgrind (valgrind), one round after a "
               f"warm-up, python {sys.version.split()[0]}; CPU: {cpu_features()}\n")
-        print(instruction_table(instructions(chunkers, text)))
+        print(instruction_table(instructions(chunkers, text, args.warm)))
         print(f"\nx encode (instructions) = the chunker's instructions / those of one encode_ordinary of the same "
               f"text just before it; ** = chunkyard above the {TARGET_RATIO:g}x target.")
         if absent:
@@ -628,11 +657,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"workload: {len(text):,} chars, {tokens:,} tokens (cl100k_base), {len(files)} files joined: "
           f"{', '.join(files)}")
     print(f"chunks of {CHUNK_TOKENS} tokens, no overlap (sentence and sentence_window: see the docstring); {repeat} interleaved repetitions; python "
-          f"{sys.version.split()[0]}")
+          f"{sys.version.split()[0]}; "
+          + ("memos of counts kept between repetitions (--warm)" if args.warm
+             else "each chunker's memo of counts emptied before each repetition (--warm keeps them)"))
     print(f"CPU: {cpu_features()}")
     load_before = load_average()
     started = time.perf_counter()
-    rows = measure(chunkers, text, encoding.encode_ordinary, repeat)
+    rows = measure(chunkers, text, encoding.encode_ordinary, repeat, warm=args.warm)
     print(f"load average before: {load_before}; after: {load_average()}; "
           f"measured in {time.perf_counter() - started:.0f} s\n")
     print(table(rows))

@@ -81,6 +81,37 @@ def test_a_failing_chunker_is_reported_and_the_others_keep_their_own_brackets(be
     assert not machine.encodes  # every scripted encode was used: none skipped, none extra
 
 
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_chunkers_memo_of_counts_is_emptied_before_each_timed_run_outside_the_clock(bench, warm):
+    # Every repetition chunks the same text: a memo kept from the one before would answer it.
+    machine = ScriptedMachine(encodes=[1.0] * 4)  # each round opens with an encode
+    resets = []
+
+    def reset():
+        machine.texts.append(("reset", None))
+        resets.append(machine.now)
+        machine.now += 100.0  # were it timed, the ratio would show it
+
+    chunkers = [bench.Chunker("chunkyard a", machine.chunker("a", [2.0, 2.0]), reset)]
+    rows = bench.measure(chunkers, "text", machine.encode, 2, clock=machine.clock, warm=warm)
+    if warm:
+        assert resets == [] and [who for who, _ in machine.texts] == ["encode", "a", "encode"] * 2
+    else:
+        assert [who for who, _ in machine.texts] == ["encode", "reset", "a", "encode"] * 2
+    assert rows[0].ratios == [pytest.approx(2.0), pytest.approx(2.0)]
+
+
+def test_the_bench_forgets_our_tokenizers_counts_as_a_new_process_has_them(bench):
+    from chunking import default_tokenizer
+
+    tokenizer = default_tokenizer()
+    chunker = next(c for c in bench.own_chunkers(tokenizer) if c.name == "chunkyard recursive")
+    chunker.run("Some words here. And more of them, on a line.\n\n" * 300)
+    assert tokenizer.small_counts() and (tokenizer.short_key_counts() >= 0).any()
+    chunker.reset()
+    assert not tokenizer.small_counts() and (tokenizer.short_key_counts() == -1).all()
+
+
 @pytest.mark.parametrize(
     ("n", "ranks"),
     [
