@@ -115,7 +115,7 @@ def test_many_counts_short_latin1_heads_and_tails_by_packed_keys_exactly(cl100k,
 def test_packed_keys_stand_for_one_piece_each(cl100k):
     import numpy as np
 
-    from chunking.tokenizers import _unpack_key
+    from chunking.tokenizers import _unpack_key, _unpack_keys
 
     text = "ab\x00\xfe\xff." * 800 + "Ω中 " * 400
     count = span_counter(cl100k, text)
@@ -125,11 +125,37 @@ def test_packed_keys_stand_for_one_piece_each(cl100k):
     for row, key in zip(rows.tolist(), keys.tolist()):
         piece = text[starts[row] : starts[row] + lengths[row]]
         assert 1 <= len(piece) <= 8 and max(map(ord, piece)) < 0xFF and _unpack_key(key) == piece
+    assert _unpack_keys(keys) == [text[starts[r] : starts[r] + lengths[r]] for r in rows.tolist()]  # all at once
     left_out = set(range(len(starts))) - set(rows.tolist())
     for row in left_out:
         piece = text[starts[row] : starts[row] + lengths[row]]
         assert not piece or len(piece) > 8 or max(map(ord, piece)) >= 0xFF
     assert len(set(keys.tolist())) == len({text[starts[r] : starts[r] + lengths[r]] for r in rows.tolist()})
+
+
+def test_counts_missing_from_the_cache_are_counted_in_one_batch_and_cached(cl100k):
+    # A first document: every head and tail is new. They are counted by one count_texts
+    # call over the distinct pieces, exactly as one count each would, and cached for the next.
+    import numpy as np
+
+    text = "".join(f"Word{i} ({i}). \n\n  Line{i % 97}, x\n" for i in range(3000)) + "日本語のテキスト。" * 50
+    cl100k.small_counts().clear()
+    cl100k.short_key_counts().fill(-1)
+    count = span_counter(cl100k, text)
+    batches = []
+    real = count.count_texts
+    count.count_texts = lambda texts: batches.append(len(texts)) or real(texts)
+    rng = np.random.default_rng(3)
+    starts = np.sort(rng.integers(0, len(text) - 1, 4000))
+    ends = np.minimum(starts + rng.integers(1, 300, 4000), len(text))
+    expected = [cl100k.count(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+    assert count.many(starts.tolist(), ends.tolist()) == expected
+    # One batch per kind of piece (heads and tails; one-two characters, up to 8, longer): not a call per piece.
+    assert 1 <= len(batches) <= 6 and sum(batches) >= 1000
+    batches.clear()
+    assert count.many(starts.tolist(), ends.tolist()) == expected
+    assert sum(batches) <= 50  # only pieces longer than the cache holds are counted again
+    assert cl100k.count_many(["a", "Hello world", "日本語", ""]) == [1, 2, cl100k.count("日本語"), 0]
 
 
 def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
