@@ -36,6 +36,11 @@ a ratio of CPU seconds is printed too, since wall time on a shared machine inclu
 other people's work), the chunk count, the CPU's vector features and the load
 average before and after. A peer that is not importable is listed as absent.
 
+Before each timed run a chunker's memo of counts is emptied, untimed (``Chunker.reset``: the
+tokenizer's counts of short pieces for ours, semchunk's memoized counter, chonkie's
+``lru_cache`` of counts): every repetition chunks the same text, and a memo kept from the one
+before would answer it. ``--warm`` keeps them (as the tables before session 23 were measured).
+
 ``--instructions`` counts instructions instead of timing (see :func:`instructions`): the same
 round, once, under callgrind; a ratio the machine's load does not move.
 """
