@@ -344,7 +344,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def stages(text: str, tokenizer, repeat: int) -> str:
+def stages(text: str, tokenizer, repeat: int, warm: bool = False) -> str:
     """Where ``recursive``'s time goes, as CPU time over one encode's (medians over ``repeat`` rounds).
 
     Each round, on a fresh copy of the text (no encoding reused), times each stage
@@ -366,7 +366,8 @@ def stages(text: str, tokenizer, repeat: int) -> str:
     ]
     ratios: list[list[float]] = [[] for _ in names]
     for _ in range(repeat + 1):  # the first round builds the tables (not counted)
-        forget_counts(tokenizer)  # as measure() does before each run
+        if not warm:
+            forget_counts(tokenizer)  # as measure() does before each run
         copy = fresh_copy(text)
         seconds = [_cpu(tokenizer._encoding.encode_ordinary, copy)[0]]
         copy = fresh_copy(text)
@@ -389,7 +390,7 @@ def stages(text: str, tokenizer, repeat: int) -> str:
     return "\n".join(lines)
 
 
-def sentence_stages(text: str, tokenizer, repeat: int) -> str:
+def sentence_stages(text: str, tokenizer, repeat: int, warm: bool = False) -> str:
     """Where ``sentence``'s and ``sentence_window``'s time goes, as CPU time over one encode's.
 
     Same rounds as :func:`stages`. Each strategy's steps are called in the order its
@@ -429,7 +430,8 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
     ]
     ratios = {"sentence": [[] for _ in sentence_names], "sentence_window": [[] for _ in window_names]}
     for round_ in range(repeat + 1):  # the first round builds the tables (not counted)
-        forget_counts(tokenizer)  # as measure() does before each run
+        if not warm:
+            forget_counts(tokenizer)  # as measure() does before each run
         reference = _cpu(tokenizer._encoding.encode_ordinary, fresh_copy(text))[0]
 
         copy = fresh_copy(text)
@@ -453,7 +455,8 @@ def sentence_stages(text: str, tokenizer, repeat: int) -> str:
             for k, value in enumerate(seconds):
                 ratios["sentence"][k].append(value / reference)
 
-        forget_counts(tokenizer)
+        if not warm:
+            forget_counts(tokenizer)
         copy = fresh_copy(text)
         doc = ParsedDocument.from_text(copy)
         seconds = [_cpu(tokenizer.encode_text, copy)[0]]
@@ -677,7 +680,7 @@ def main(argv: list[str] | None = None) -> None:
     if absent:
         print(f"peers not installed here: {', '.join(absent)} (pip install -r bench/requirements-peers.txt)")
     if args.stages:
-        print(f"\n{stages(text, tokenizer, repeat)}\n{sentence_stages(text, tokenizer, repeat)}\n\n"
+        print(f"\n{stages(text, tokenizer, repeat, args.warm)}\n{sentence_stages(text, tokenizer, repeat, args.warm)}\n\n"
               f"load average after the stages: {load_average()}")
 
 

@@ -610,9 +610,7 @@ class _TiktokenSpanCounter:
         if len(missing):
             counted = self.pieces(_unpack_keys(distinct[missing]))
             found[missing] = counted
-            if len(cache) + len(counted) > _SMALL_PIECE_CACHE_SIZE:
-                cache.clear()
-            cache.update(zip((as_ints[k] for k in missing.tolist()), counted))
+            self._remember(list(zip((as_ints[k] for k in missing.tolist()), counted)))
         return found[inverse.reshape(-1)]
 
     def pieces(self, texts: list[str]) -> list[int]:
@@ -620,11 +618,15 @@ class _TiktokenSpanCounter:
         once, in one ``count_texts`` call (a first document brings thousands)."""
         distinct = list(dict.fromkeys(texts))
         counts = dict(zip(distinct, self.count_texts(distinct)))
-        short = [(t, n) for t, n in counts.items() if len(t) <= _SMALL_PIECE_CACHE_CHARS]
-        if len(self.cache) + len(short) > _SMALL_PIECE_CACHE_SIZE:
-            self.cache.clear()
-        self.cache.update(short)
+        self._remember([(t, n) for t, n in counts.items() if len(t) <= _SMALL_PIECE_CACHE_CHARS])
         return list(map(counts.__getitem__, texts))
+
+    def _remember(self, items: list) -> None:
+        """Cache ``(key, count)`` pairs, the cache emptied first when they would take it past
+        its bound (as ``piece`` does one at a time); never more than the bound of one batch."""
+        if len(self.cache) + len(items) > _SMALL_PIECE_CACHE_SIZE:
+            self.cache.clear()
+        self.cache.update(items[:_SMALL_PIECE_CACHE_SIZE])
 
     def piece(self, text: str) -> int:
         """``count(text)``; short pieces (mostly a word or its punctuation: "The", ". ") are cached."""

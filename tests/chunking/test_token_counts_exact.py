@@ -145,6 +145,9 @@ def test_counts_missing_from_the_cache_are_counted_in_one_batch_and_cached(cl100
     batches = []
     real = count.count_texts
     count.count_texts = lambda texts: batches.append(len(texts)) or real(texts)
+    one_by_one = []
+    real_one = count.count_text
+    count.count_text = lambda text: one_by_one.append(text) or real_one(text)
     rng = np.random.default_rng(3)
     starts = np.sort(rng.integers(0, len(text) - 1, 4000))
     ends = np.minimum(starts + rng.integers(1, 300, 4000), len(text))
@@ -152,10 +155,25 @@ def test_counts_missing_from_the_cache_are_counted_in_one_batch_and_cached(cl100
     assert count.many(starts.tolist(), ends.tolist()) == expected
     # One batch per kind of piece (heads and tails; one-two characters, up to 8, longer): not a call per piece.
     assert 1 <= len(batches) <= 6 and sum(batches) >= 1000
+    assert one_by_one == []  # no piece of any kind (dense table, packed keys, strings) counted alone
     batches.clear()
     assert count.many(starts.tolist(), ends.tolist()) == expected
     assert sum(batches) <= 50  # only pieces longer than the cache holds are counted again
     assert cl100k.count_many(["a", "Hello world", "日本語", ""]) == [1, 2, cl100k.count("日本語"), 0]
+
+
+def test_a_batch_of_new_pieces_keeps_the_cache_within_its_bound(cl100k, monkeypatch):
+    import chunking.tokenizers as tokenizers
+
+    monkeypatch.setattr(tokenizers, "_SMALL_PIECE_CACHE_SIZE", 50)
+    cl100k.small_counts().clear()
+    count = span_counter(cl100k, "Some text. " * 1000)
+    texts = [f"piece{i}" for i in range(200)]
+    assert count.pieces(texts) == [cl100k.count(t) for t in texts]
+    assert 0 < len(cl100k.small_counts()) <= 50
+    assert count.pieces(texts[:30]) == [cl100k.count(t) for t in texts[:30]]
+    assert len(cl100k.small_counts()) <= 50
+    cl100k.small_counts().clear()
 
 
 def test_encoded_text_maps_every_token_boundary_to_a_character(cl100k):
@@ -233,7 +251,9 @@ def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
     assert hasattr(count, "many"), "enough word ends and line starts for the one-encoding index"
     line_starts = [m.end() for m in re.finditer(r"\n(?=[!-~])", text)]
     assert set(line_starts) <= set(count.word_ends.tolist()), "every line start is in the index"
-    bounds = sorted(rng.choice(line_starts) + rng.choice([-2, -1, 0, 0, 1, 3]) for _ in range(300))
+    # Within the text: a line start at 1 (a first empty line) less 2 is no position of it.
+    bounds = sorted(min(max(rng.choice(line_starts) + rng.choice([-2, -1, 0, 0, 1, 3]), 0), len(text))
+                    for _ in range(300))
     starts, ends = bounds[:-1], bounds[1:]
     expected = [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
     assert count.many(starts, ends) == expected
