@@ -435,14 +435,14 @@ class _TiktokenSpanCounter:
                  "_tokens_before_np", "_codes", "short_keys")
 
     def __init__(self, text: str, count_text: Callable[[str], int], word_ends, tokens_before, cache: dict[str, int],
-                 short_keys, count_texts: Callable[[list[str]], list[int]] | None = None):
+                 short_keys, count_texts: Callable[[list[str]], list[int]]):
         """``word_ends`` (char positions, ascending) and ``tokens_before`` (tokens of the
         whole text starting before each word end): numpy int64 arrays. ``short_keys``:
         ``TiktokenTokenizer.short_key_counts()``, shared across texts like ``cache``.
         ``count_texts``: ``count_text`` over a list in one call (``TiktokenTokenizer.count_many``)."""
         self.text = text
         self.count_text = count_text
-        self.count_texts = count_texts or (lambda texts: list(map(count_text, texts)))
+        self.count_texts = count_texts
         # numpy arrays for many spans at once; array('q') copies for bisect, made on
         # the first single-span call (as fast as a list per call, without boxing a
         # Python int per word end up front; a caller counting in bulk never needs them).
@@ -623,7 +623,7 @@ class _TiktokenSpanCounter:
 
     def _remember(self, items: list) -> None:
         """Cache ``(key, count)`` pairs, the cache emptied first when they would take it past
-        its bound (as ``piece`` does one at a time); never more than the bound of one batch."""
+        its bound; never more than the bound of one batch."""
         if len(self.cache) + len(items) > _SMALL_PIECE_CACHE_SIZE:
             self.cache.clear()
         self.cache.update(items[:_SMALL_PIECE_CACHE_SIZE])
@@ -634,30 +634,20 @@ class _TiktokenSpanCounter:
             return self.count_text(text)
         n = self.cache.get(text)
         if n is None:
-            if len(self.cache) >= _SMALL_PIECE_CACHE_SIZE:
-                self.cache.clear()
-            n = self.cache[text] = self.count_text(text)
+            n = self.count_text(text)
+            self._remember([(text, n)])
         return n
 
 
 def _unpack_keys(keys) -> list[str]:
-    """``[_unpack_key(k) for k in keys]`` (numpy uint64 in): the keys' bytes read at once."""
+    """The strings that ``_TiktokenSpanCounter._packed_keys`` keys stand for (numpy uint64 in;
+    slot k of a key holds character k + 1, 0 past the piece's end): the keys' bytes read at once."""
     import numpy as np
 
     slots = np.ascontiguousarray(keys, dtype="<u8").view(np.uint8).reshape(-1, 8)
     lengths = np.count_nonzero(slots, axis=1).tolist()  # slot k is 0 only past the piece's end
     data = (slots - 1).tobytes()  # character k + 1 - 1, Latin-1; past the end: 0xFF, sliced off
     return [data[8 * row : 8 * row + n].decode("latin-1") for row, n in enumerate(lengths)]
-
-
-def _unpack_key(key) -> str:
-    """The string a ``_TiktokenSpanCounter._packed_keys`` key stands for (slot k: character k + 1)."""
-    key = int(key)
-    chars = []
-    while key:
-        chars.append(chr((key & 0xFF) - 1))
-        key >>= 8
-    return "".join(chars)
 
 
 def _word_end_tokens(data: bytes, token_ends):
