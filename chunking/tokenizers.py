@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 import sys
-from array import array
 from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from typing import Callable, Protocol, Sequence, runtime_checkable
@@ -222,6 +222,16 @@ class TiktokenTokenizer:
             self._last_encoded = encoded
         return encoded
 
+    def indentation_stays_apart(self) -> bool:
+        """No token of the vocabulary ends with a newline and spaces or tabs (true of
+        cl100k_base; checked once). Then BPE never joins a newline to the indentation that
+        ends a text, even inside one pre-token, which :class:`_TiktokenSpanCounter` relies
+        on to cut spans after an indented line's newline."""
+        apart = getattr(self, "_indentation_stays_apart", None)
+        if apart is None:
+            apart = self._indentation_stays_apart = not _joins_newline_to_indentation(self._encoding._mergeable_ranks)
+        return apart
+
     def small_counts(self) -> dict[str, int]:
         """Counts of short strings, kept across texts by span counters (bounded there)."""
         cache = getattr(self, "_small_counts", None)
@@ -294,8 +304,6 @@ _WORD_END_SAFE_PATTERNS = frozenset(
 _SPAN_INDEX_MIN_CHARS = 4096
 # Below one ASCII word end per this many chars the index would rarely be used.
 _SPAN_INDEX_MAX_CHARS_PER_WORD_END = 64
-# Spans this short are encoded directly (as cheap as two index look-ups).
-_SPAN_DIRECT_CHARS = 16
 # Encoding a short string costs tiktoken ~10-20 us, several hundred chars' worth of
 # bulk encoding; heads and tails of spans ("\n    print", "## 3.2. Title") repeat.
 _SMALL_PIECE_CACHE_CHARS = 64
@@ -308,6 +316,10 @@ _SMALL_PIECE_CACHE_SIZE = 65536
 # Heads and tails of at most this many characters below U+00FF are looked up by a
 # 64-bit integer packing them (8 bits a character), not sliced one by one.
 _PACKED_CHARS = 8
+# Indented line starts are looked for behind indentations of up to this many bytes.
+_INDENT_MAX_BYTES = 32
+# Kinds of byte pairs around a token end in _ascii_pair_word_end_table.
+_WORD_END, _NEWLINE_THEN_BLANK = 1, 2
 
 
 class EncodedText:
@@ -429,6 +441,28 @@ class _TiktokenSpanCounter:
     in a substring that ends there, the run ending at the newline is matched whole
     by ``\s++$`` (or the punctuation alternative) as in the whole text by
     ``\s*[\r\n]``: the same pre-token, the same tokens.
+
+    An *indented line start* -- the same newline followed by spaces and tabs, then
+    such a character -- is one too: ``\s*[\r\n]`` backtracks to the last newline of
+    the run, and the indentation starts the next pre-token. A substring that ends
+    inside the indentation matches the run and its indentation whole (``\s++$``),
+    but BPE never joins a newline to a space or tab after it when no token holds that
+    pair (``TiktokenTokenizer.indentation_stays_apart``, true of cl100k_base; without
+    it these are left out), so its tokens are those of the two parts.
+
+    A *space or tab after punctuation or a digit* (``2. Then``, ``) or``) is one too:
+    the punctuation alternative is possessive over non-space characters and the
+    digits' over digits, so the match before ends at the space whatever follows; the
+    space starts the next pre-token (`` Then``, or a space of its own).
+
+    So are the end of a run of ASCII digits (``2009)``, ``12,``) and its start after
+    printable ASCII (``(2009``, ``x1``): digits are matched only by ``\p{N}{1,3}+``,
+    whose last match ends at the run's end, and its groups of three count from the
+    run's first digit, inside any span holding it; the punctuation alternative is
+    possessive over characters that are not digits, and the letter alternative takes
+    no digit. Not a start after whitespace (`` 12``): a span ending there ends in a
+    whitespace run, which ``\s++$`` matches whole where the whole text has ``\s+(?!\S)``
+    and ``\s`` (the existing rules never end a head in whitespace but at a newline).
     """
 
     __slots__ = ("text", "count_text", "count_texts", "_word_ends", "_tokens_before", "cache", "_word_ends_np",
@@ -443,11 +477,12 @@ class _TiktokenSpanCounter:
         self.text = text
         self.count_text = count_text
         self.count_texts = count_texts
-        # numpy arrays for many spans at once; array('q') copies for bisect, made on
-        # the first single-span call (as fast as a list per call, without boxing a
-        # Python int per word end up front; a caller counting in bulk never needs them).
+        # numpy arrays for many spans at once; for one span, bisect over memoryviews of
+        # the same buffers: no copy (an ``array`` copy of 250k word ends costs ~3 ms, more
+        # than the ~0.5 us a look-up saves over a memoryview in the few hundred single
+        # spans a strategy asks for).
         self._word_ends_np, self._tokens_before_np = word_ends, tokens_before
-        self._word_ends = self._tokens_before = None
+        self._word_ends, self._tokens_before = memoryview(word_ends), memoryview(tokens_before)
         self.cache = cache  # counts of short strings ("The", ". "), shared across texts
         self._codes = None  # the text's code points, for _packed_keys
         self.short_keys = short_keys
@@ -461,7 +496,7 @@ class _TiktokenSpanCounter:
         # token ends are examined (a fifth of the bytes), and the tokens before a
         # word end are its token index + 1, no search. (Any subset of the word ends
         # gives exact counts; fewer only means more spans are encoded directly.)
-        at = _word_end_tokens(data, encoded.token_ends)
+        at = _word_end_tokens(data, encoded.token_ends, indented=tokenizer.indentation_stays_apart())
         if len(at) * _SPAN_INDEX_MAX_CHARS_PER_WORD_END < len(text):
             return None
         tokens_before = at + 1
@@ -472,17 +507,12 @@ class _TiktokenSpanCounter:
         )
 
     @property
-    def word_ends(self) -> array:
-        """Character positions of the word ends used, ascending (``array('q')``)."""
-        if self._word_ends is None:
-            self._word_ends = array("q", self._word_ends_np.tobytes())
-            self._tokens_before = array("q", self._tokens_before_np.tobytes())
+    def word_ends(self) -> memoryview:
+        """Character positions of the word ends used, ascending (a memoryview of int64)."""
         return self._word_ends
 
     def __call__(self, start: int, end: int) -> int:
-        if end - start <= _SPAN_DIRECT_CHARS:
-            return self.piece(self.text[start:end])
-        word_ends = self._word_ends if self._word_ends is not None else self.word_ends
+        word_ends = self._word_ends
         i = bisect_left(word_ends, start)
         j = bisect_right(word_ends, end) - 1
         if i > j:  # no word end inside: nothing to reuse (a rule of "~~~~", a CJK run)
@@ -493,17 +523,15 @@ class _TiktokenSpanCounter:
 
     def many(self, starts: Sequence[int], ends: Sequence[int]) -> list[int]:
         """``[self(s, e) for s, e in zip(starts, ends)]``, with the index look-ups done for all spans at once."""
-        if len(starts) < _MANY_SPANS_VECTORIZED and self._word_ends is not None:
+        if len(starts) < _MANY_SPANS_VECTORIZED:
             return [self(s, e) for s, e in zip(starts, ends)]
-        # Few spans still go through numpy while no single span was asked for: the
-        # ``array`` copies a single-span look-up needs cost ~2 ms for 200k word ends.
         import numpy as np
 
         starts_np, ends_np = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
         word_ends = self._word_ends_np
         i = np.searchsorted(word_ends, starts_np, side="left")
         j = np.searchsorted(word_ends, ends_np, side="right") - 1
-        usable = (i <= j) & (ends_np - starts_np > _SPAN_DIRECT_CHARS)
+        usable = i <= j
         i, j = np.where(usable, i, 0), np.where(usable, j, 0)
         # A span not answered from the index is all head (its tail is empty): counted
         # as a whole below, as ``self`` would, but looked up in bulk like the heads.
@@ -650,13 +678,14 @@ def _unpack_keys(keys) -> list[str]:
     return [data[8 * row : 8 * row + n].decode("latin-1") for row, n in enumerate(lengths)]
 
 
-def _word_end_tokens(data: bytes, token_ends):
+def _word_end_tokens(data: bytes, token_ends, indented: bool = False):
     """Indexes of the tokens that end at a word end of ``data`` (UTF-8), ascending: numpy int64.
 
     A word end is where a character that :func:`_word_end_tables` calls a letter
     is followed by one it calls a non-letter, or by the end of the text; a line start
-    (a newline, then a printable ASCII character other than the space) counts as one
-    too (see :class:`_TiktokenSpanCounter`). Those
+    (a newline, then a printable ASCII character other than the space) and a space
+    after punctuation or a digit count as one too, and with ``indented`` an indented
+    line start (:func:`_indented_line_starts`): see :class:`_TiktokenSpanCounter`. Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
     Where both bytes are ASCII one table look-up of the pair decides; only token
@@ -677,7 +706,12 @@ def _word_end_tokens(data: bytes, token_ends):
     following = raw.take(ends, mode="clip")
     if ends[-1] >= size:
         following[-1] = 0x20
-    word_end = _ascii_pair_word_end_table().take((last.astype(np.uint16) << 8) | following)
+    kind = _ascii_pair_word_end_table().take((last.astype(np.uint16) << 8) | following)
+    word_end = kind == _WORD_END
+    if indented:
+        # Both bytes ASCII: the non-ASCII pass below leaves these alone.
+        newline_then_blank = np.flatnonzero(kind == _NEWLINE_THEN_BLANK)
+        word_end[newline_then_blank[_indented_line_starts(raw, ends.take(newline_then_blank))]] = True
     mixed = np.flatnonzero((last | following) >= 0x80)
     if len(mixed):
         ends, last, following = ends[mixed], last[mixed], following[mixed]
@@ -697,14 +731,68 @@ def _word_end_tokens(data: bytes, token_ends):
     return np.flatnonzero(word_end)
 
 
+def _joins_newline_to_indentation(ranks: dict[bytes, int]) -> bool:
+    """Whether a token of ``ranks`` ends with a newline and one or more spaces or tabs.
+
+    Only such a token could join a newline to the indentation that ends a substring
+    (``"\\n    \\n"`` is one in cl100k_base, but it needs a second newline after the
+    indentation, which that substring does not hold)."""
+    # One search over all tokens joined; a token holding NUL could only make this say yes.
+    return re.search(rb"\n[ \t]+(?:\x00|\Z)", b"\x00".join(ranks)) is not None
+
+
+def _indented_line_starts(raw, at):
+    r"""For each byte offset in ``at`` (numpy int64: just after a newline, at a space or a tab
+    of ``raw``, the text's UTF-8 bytes as numpy uint8): whether it is an indented line start.
+
+    That is: the spaces and tabs from there (at most ``_INDENT_MAX_BYTES``, which bounds
+    the walk) end at a printable ASCII character other than the space. The newline is
+    then the last of its whitespace run, where ``\s*[\r\n]`` ends its match (see
+    :class:`_TiktokenSpanCounter`).
+    """
+    import numpy as np
+
+    size = len(raw)
+    # Every candidate's indentation walked at once, a byte a step: indentations are short.
+    indents = np.zeros(len(at), dtype=np.int64)
+    open_ = np.ones(len(at), dtype=bool)
+    for _ in range(_INDENT_MAX_BYTES + 1):
+        ahead = at + indents
+        byte = raw.take(np.minimum(ahead, size - 1))
+        # A run stops at the end of the text (no character follows) or at a non-blank byte.
+        open_ &= (ahead < size) & ((byte == 0x20) | (byte == 0x09))
+        if not open_.any():
+            break
+        indents += open_
+    ahead = at + indents
+    byte = raw.take(np.minimum(ahead, size - 1))
+    return ~open_ & (ahead < size) & (byte >= 0x21) & (byte <= 0x7E)
+
+
 @functools.cache
 def _ascii_pair_word_end_table():
-    """Per pair of bytes (``before << 8 | after``): an ASCII letter then an ASCII non-letter,
-    or a newline then a printable ASCII character other than the space (a line start:
-    see :class:`_TiktokenSpanCounter`)."""
+    """Per pair of bytes (``before << 8 | after``), numpy uint8: ``_WORD_END`` for an ASCII
+    letter then an ASCII non-letter, a newline then a printable ASCII character other
+    than the space (a line start), a printable ASCII non-letter (punctuation, a digit)
+    then a space or a tab, an ASCII digit then an ASCII non-digit or the other way
+    round (not whitespace then a digit); ``_NEWLINE_THEN_BLANK`` for a newline then a space or a tab; else 0 (see
+    :class:`_TiktokenSpanCounter`)."""
+    import numpy as np
+
     byte_letter, byte_non_letter = _byte_word_end_tables()
-    table = byte_letter[:, None] & byte_non_letter[None, :]
-    table[0x0A, 0x21:0x7F] = True
+    table = (byte_letter[:, None] & byte_non_letter[None, :]).astype(np.uint8) * _WORD_END
+    table[0x0A, 0x21:0x7F] = _WORD_END
+    printable = np.zeros(256, dtype=bool)
+    printable[0x21:0x7F] = True
+    table[printable & ~byte_letter, 0x20] = table[printable & ~byte_letter, 0x09] = _WORD_END  # after punctuation
+    digit = np.zeros(256, dtype=bool)
+    digit[0x30:0x3A] = True
+    ascii_ = np.arange(256) < 0x80
+    table[np.ix_(digit, ascii_ & ~digit)] = _WORD_END  # a run of ASCII digits ends
+    # One starts after punctuation or a letter; not after whitespace: a span ending there
+    # would end in whitespace, matched whole by ``\s++$``, not as in the whole text.
+    table[np.ix_(printable & ~digit, digit)] = _WORD_END
+    table[0x0A, [0x20, 0x09]] = _NEWLINE_THEN_BLANK  # perhaps an indented line start
     return table.reshape(-1)
 
 

@@ -138,7 +138,11 @@ def test_counts_missing_from_the_cache_are_counted_in_one_batch_and_cached(cl100
     # call over the distinct pieces, exactly as one count each would, and cached for the next.
     import numpy as np
 
-    text = "".join(f"Word{i} ({i}). \n\n  Line{i % 97}, x\n" for i in range(3000)) + "日本語のテキスト。" * 50
+    def letters(i: int) -> str:  # distinct words without digits (a digit run's ends are in the index)
+        return "".join(chr(ord("a") + int(d)) for d in str(i))
+
+    text = "".join(f"Word{letters(i)} ({letters(i)}). \n\n  Line{letters(i % 97)}, x\n" for i in range(3000))
+    text += "日本語のテキスト。" * 50
     cl100k.small_counts().clear()
     cl100k.short_key_counts().fill(-1)
     count = span_counter(cl100k, text)
@@ -215,7 +219,8 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
     letter, non_letter = _word_end_tables()
     rng = random.Random(11)
     parts = ["日本語の文", "です", "。", "カタカナ", "、", "中文", "，", "「引用」", "\n", "！", "x", "1", " word", "é", "😀",
-             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~", "\n#", "\n 1", "\r\n", "\n\x7f", "\n\x1f"]
+             ".", "ab", "Ω", "（", "）", "\u3000", "naïve", "~", "\n#", "\n 1", "\r\n", "\n\x7f", "\n\x1f", ". ", "2 ",
+             ") x", " ", "(2009)", "x1", "1x", "\t1\t", "12345678", ".5", "1\n", "١٢", "²3"]
     text = "".join(rng.choice(parts) for _ in range(4000))
     data = text.encode()
     encoded = cl100k.encode_text(text)
@@ -232,6 +237,15 @@ def test_word_end_tokens_agree_with_a_character_by_character_reading(cl100k):
             expected.append(k)
         elif index and index < len(text) and text[index - 1] == "\n" and "!" <= text[index] <= "~":
             expected.append(k)  # a line start
+        elif index and index < len(text) and text[index] in " \t" and "!" <= text[index - 1] <= "~" \
+                and not letter[ord(text[index - 1])]:
+            expected.append(k)  # a space or tab after punctuation or a digit
+        elif index and index < len(text) and text[index - 1] in "0123456789" and text[index].isascii() \
+                and text[index] not in "0123456789":
+            expected.append(k)  # a run of ASCII digits ends
+        elif index and index < len(text) and text[index] in "0123456789" and "!" <= text[index - 1] <= "~" \
+                and text[index - 1] not in "0123456789":
+            expected.append(k)  # one starts after printable ASCII
     assert _word_end_tokens(data, encoded.token_ends).tolist() == expected
 
 
@@ -260,6 +274,60 @@ def test_spans_across_line_starts_count_exactly(cl100k, lines, seed):
     assert [count(s, e) for s, e in zip(starts, ends)] == expected
     far = [(s, min(len(text), s + rng.randrange(17, 400))) for s in starts]
     assert count.many([s for s, _ in far], [e for _, e in far]) == [len(cl100k.encode(text[s:e])) for s, e in far]
+
+
+def test_indented_line_starts_agree_with_a_regex_reading(cl100k):
+    # After the last newline of a whitespace run that is only spaces and tabs up to a
+    # printable ASCII character (an indentation of at most _INDENT_MAX_BYTES).
+    from chunking.tokenizers import _INDENT_MAX_BYTES, _word_end_tokens
+
+    rng = random.Random(12)
+    parts = ["\n", "\n\n", "  ", "\t", " ", "x", ">>>", "1", "é", "中", "\r\n", "\xa0", "\u3000", "\x0b", "(", "\n  #",
+             " " * (_INDENT_MAX_BYTES + 3)]
+    text = "".join(rng.choice(parts) for _ in range(5000)) + "\n   "  # an indentation ending the text: none
+    assert text.isascii() is False
+    encoded = cl100k.encode_text(text)
+    with_indented = set(_word_end_tokens(text.encode(), encoded.token_ends, indented=True).tolist())
+    without = set(_word_end_tokens(text.encode(), encoded.token_ends).tolist())
+    assert without <= with_indented
+    found = encoded.token_char_ends.take(sorted(with_indented - without)).tolist()
+    expected = [m.start(1) for m in re.finditer(r"\n(?=([ \t]+)[!-~])", text) if len(m.group(1)) <= _INDENT_MAX_BYTES]
+    assert len(expected) > 200 and found == expected
+
+
+def test_cl100k_never_joins_a_newline_to_the_indentation_after_it(cl100k):
+    # What cutting spans after an indented line's newline relies on; a vocabulary with
+    # such a token keeps those line starts out of the index.
+    from chunking.tokenizers import _joins_newline_to_indentation
+
+    assert cl100k.indentation_stays_apart()
+    assert not _joins_newline_to_indentation({b"\n": 0, b"  ": 1, b" \n": 2, b"\n  \n": 3, b"\t": 4, b"\n": 5})
+    assert _joins_newline_to_indentation({b"\n": 0, b"\n  ": 1}) and _joins_newline_to_indentation({b"x\n\t": 0, b"y": 1})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.sampled_from(["    x = 1", "\t>>> f(2)", "  ", "", "  # c", "    ", " 1. Item", "\t\t)", "(1, 2)",
+                                    "  \u3000x", "   \xa0y", "foo.", "12", "  \r", "  *"]), min_size=300, max_size=900),
+    seed=st.integers(0, 10**6),
+)
+def test_spans_around_indented_line_starts_count_exactly(cl100k, lines, seed):
+    # Indented code and lists: a span's middle may start or end after an indentation's
+    # newline, but a span ending inside the indentation (a run of whitespace at its end,
+    # one pre-token there) must not end its middle at that newline.
+    rng = random.Random(seed)
+    text = "\n".join(lines) + "\n" + "".join(rng.choice(["    y = 2\n", "\n\n  - a\n", "  1 2\n"]) for _ in range(900))
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many"), "the one-encoding index"
+    indented = [m.end() for m in re.finditer(r"\n(?=[ \t]+[!-~])", text)]
+    assert set(indented) <= set(count.word_ends.tolist()), "every indented line start is in the index"
+    bounds = sorted(min(len(text), rng.choice(indented) + rng.choice([-3, -1, 0, 0, 1, 2, 3, 4, 5])) for _ in range(400))
+    starts, ends = bounds[:-1], bounds[1:]
+    far = [(s, min(len(text), s + rng.randrange(1, 300))) for s in starts]
+    starts, ends = starts + [s for s, _ in far], ends + [e for _, e in far]
+    expected = [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+    assert count.many(starts, ends) == expected
+    assert [count(s, e) for s, e in zip(starts, ends)] == expected
 
 
 @pytest.mark.parametrize(
