@@ -583,21 +583,14 @@ class _TiktokenSpanCounter:
         import numpy as np
 
         codes = self._code_points()
-        rows = np.flatnonzero((lengths > 0) & (lengths <= _PACKED_CHARS))
-        starts, lengths = starts[rows], lengths[rows]
-        keys = np.zeros(len(rows), dtype=np.uint64)
-        wide = np.zeros(len(rows), dtype=bool)
-        # Slot k (bits 8k..8k+7) holds character k + 1 (1..255), 0 past the piece's end:
-        # a piece has one key and a key one piece. One gather per slot, over all rows.
-        for k in range(_PACKED_CHARS):
-            # Widened first: code points come as narrow as the text allows (uint8 for ASCII).
-            chars = codes.take(starts + k, mode="clip").astype(np.uint64)  # past the end: the last character
-            inside = lengths > k
-            wide |= inside & (chars >= 0xFF)
-            keys |= ((chars + np.uint64(1)) * inside) << np.uint64(8 * k)
-        fits = ~wide
-        rows, keys = rows[fits], keys[fits]
-        return rows, keys
+        found_rows, found_keys = [], []
+        # Most pieces have one or two characters: packed with two gathers, not eight.
+        for shortest, longest in ((1, 2), (3, _PACKED_CHARS)):
+            rows = np.flatnonzero((lengths >= shortest) & (lengths <= longest))
+            keys, fits = _pack_characters(codes, starts[rows], lengths[rows], longest)
+            found_rows.append(rows[fits])
+            found_keys.append(keys[fits])
+        return np.concatenate(found_rows), np.concatenate(found_keys)
 
     def _counts_of_keys(self, keys):
         """numpy int64: ``piece`` of the string each ``_packed_keys`` key stands for.
@@ -665,6 +658,25 @@ class _TiktokenSpanCounter:
             n = self.count_text(text)
             self._remember([(text, n)])
         return n
+
+
+def _pack_characters(codes, starts, lengths, slots: int):
+    """``(keys, fits)`` for the pieces ``codes[s:s+n]`` (numpy ``starts`` and ``lengths``, every
+    length at most ``slots``): each piece's key (numpy uint64), and whether all its
+    characters are below U+00FF (a key stands for the piece only then)."""
+    import numpy as np
+
+    keys = np.zeros(len(starts), dtype=np.uint64)
+    wide = np.zeros(len(starts), dtype=bool)
+    # Slot k (bits 8k..8k+7) holds character k + 1 (1..255), 0 past the piece's end:
+    # a piece has one key and a key one piece. One gather per slot, over all rows.
+    for k in range(slots):
+        # Widened first: code points come as narrow as the text allows (uint8 for ASCII).
+        chars = codes.take(starts + k, mode="clip").astype(np.uint64)  # past the end: the last character
+        inside = lengths > k
+        wide |= inside & (chars >= 0xFF)
+        keys |= ((chars + np.uint64(1)) * inside) << np.uint64(8 * k)
+    return keys, ~wide
 
 
 def _unpack_keys(keys) -> list[str]:
@@ -753,20 +765,21 @@ def _indented_line_starts(raw, at):
     import numpy as np
 
     size = len(raw)
-    # Every candidate's indentation walked at once, a byte a step: indentations are short.
-    indents = np.zeros(len(at), dtype=np.int64)
-    open_ = np.ones(len(at), dtype=bool)
+    starts = np.zeros(len(at), dtype=bool)
+    # Every candidate's indentation walked at once, a byte a step, keeping only the
+    # candidates still in theirs: indentations are short.
+    rows, positions = np.arange(len(at)), np.asarray(at, dtype=np.int64)
     for _ in range(_INDENT_MAX_BYTES + 1):
-        ahead = at + indents
-        byte = raw.take(np.minimum(ahead, size - 1))
-        # A run stops at the end of the text (no character follows) or at a non-blank byte.
-        open_ &= (ahead < size) & ((byte == 0x20) | (byte == 0x09))
-        if not open_.any():
+        inside = positions < size  # an indentation that ends the text: no character follows
+        rows, positions = rows[inside], positions[inside]
+        byte = raw.take(positions)
+        blank = (byte == 0x20) | (byte == 0x09)
+        ended = ~blank
+        starts[rows[ended]] = (byte[ended] >= 0x21) & (byte[ended] <= 0x7E)
+        rows, positions = rows[blank], positions[blank] + 1
+        if not len(rows):
             break
-        indents += open_
-    ahead = at + indents
-    byte = raw.take(np.minimum(ahead, size - 1))
-    return ~open_ & (ahead < size) & (byte >= 0x21) & (byte <= 0x7E)
+    return starts
 
 
 @functools.cache

@@ -56,6 +56,10 @@ CJK_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", "！", "？", "；", "�
 PLAIN_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
 # Leading / trailing whitespace is looked for in this many characters first.
 _STRIP_PROBE_CHARS = 32
+# A span this long is cut at a one-character separator by comparing its code points with
+# numpy (~5 us a call, then ~0.5 ns a character) rather than by a regex scan making a match
+# object per occurrence (~0.2 us each).
+_ARRAY_CUTS_MIN_CHARS = 512
 
 
 class RecursiveConfig(TokenBudgetConfig):
@@ -199,6 +203,15 @@ class _RecursiveSplitter:
         # occurrences, as str.split finds them, found in place by the regex engine's
         # literal search: no copy of the span, no string per piece.
         offset = start + 1 if self.text.startswith(separator, start) else start
+        if len(separator) == 1 and end - offset >= _ARRAY_CUTS_MIN_CHARS:
+            # A long span cut at one character ("\n" in a long paragraph): one numpy
+            # comparison over its code points instead of a match object per occurrence.
+            import numpy as np
+
+            from chunking.segmenter import code_points  # one copy per document, shared with the span counter
+
+            hits = np.flatnonzero(code_points(self.text)[offset:end] == ord(separator))
+            return [start, *(hits + offset).tolist(), end]
         return [start, *map(_MATCH_START, _literal(separator).finditer(self.text, offset, end)), end]
 
     def strip(self, start: int, end: int) -> tuple[int, int]:

@@ -376,18 +376,24 @@ def _cuts_by_str_split(text, start, end, separator):
 
 @settings(max_examples=150, deadline=None)
 @given(
-    text=st.lists(st.sampled_from(["a", "\n", "\n\n", " ", "。", ".", "*", "\\", "(", "中"]), max_size=60).map("".join),
-    separator=st.sampled_from(["\n\n", "\n", " ", "。", ".", "*", "\\", "\n\n\n", "a a", "(."]),
+    text=st.lists(st.sampled_from(["a", "\n", "\n\n", " ", "。", ".", "*", "\\", "(", "中", "😀"]), max_size=60).map("".join),
+    separator=st.sampled_from(["\n\n", "\n", " ", "。", ".", "*", "\\", "\n\n\n", "a a", "(.", "😀"]),
     bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+    array_cuts=st.booleans(),
 )
-def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds):
+def test_cuts_are_str_split_positions_for_any_separator(text, separator, bounds, array_cuts):
     # Separators are literals (regex metacharacters included); runs like "\n\n\n"
-    # are cut leftmost, non-overlapping, after a separator at the span start.
+    # are cut leftmost, non-overlapping, after a separator at the span start. Long spans
+    # cut at one character take numpy's path (array_cuts: every span does here).
+    from unittest import mock
+
+    from chunking.strategies import recursive
     from chunking.strategies.recursive import _RecursiveSplitter
 
     start, end = sorted(min(b, len(text)) for b in bounds)
     splitter = _RecursiveSplitter(text, CHAR, 10, 0)
-    cuts = splitter.cuts_at(start, end, separator)
+    with mock.patch.object(recursive, "_ARRAY_CUTS_MIN_CHARS", 0 if array_cuts else recursive._ARRAY_CUTS_MIN_CHARS):
+        cuts = splitter.cuts_at(start, end, separator)
     assert cuts == _cuts_by_str_split(text, start, end, separator)
     assert all(a < b for a, b in zip(cuts, cuts[1:])) or start == end
 
