@@ -39,7 +39,9 @@ average before and after. A peer that is not importable is listed as absent.
 Before each timed run a chunker's memo of counts is emptied, untimed (``Chunker.reset``: the
 tokenizer's counts of short pieces for ours, semchunk's memoized counter, chonkie's
 ``lru_cache`` of counts): every repetition chunks the same text, and a memo kept from the one
-before would answer it. ``--warm`` keeps them (as the tables before session 23 were measured).
+before would answer it. ``--warm`` keeps them (as the tables before session 23 were measured). Python's garbage is
+collected before every timed call, encodes included, untimed (see :func:`measure`; the tables
+before session 24 let a collection set off by one chunker's garbage land in another's run).
 
 ``--instructions`` counts instructions instead of timing (see :func:`instructions`): the same
 round, once, under callgrind; a ratio the machine's load does not move.
@@ -48,6 +50,7 @@ round, once, under callgrind; a ratio the machine's load does not move.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import math
 import os
@@ -254,6 +257,7 @@ def measure(
     repeat: int,
     clock: Callable[[], tuple[float, float]] = _clock,
     warm: bool = False,
+    collect: Callable[[], object] = gc.collect,
 ) -> list[Row]:
     """Per chunker: ratios to the encodes bracketing it, over ``repeat`` interleaved rounds.
 
@@ -264,10 +268,20 @@ def measure(
     speed over the pair (another tenant starting or stopping); the mean of both
     cancels a steady drift. ``clock()`` gives (wall, CPU) seconds. Before each timed run a
     chunker's ``reset`` empties its memo of counts (not timed), unless ``warm``.
+
+    Before every timed call, chunker or encode, ``collect()`` (Python's cyclic garbage
+    collector, not timed) starts it from the same empty state: the collector runs when
+    allocations since its last run pass a threshold, and a full collection walks every
+    tracked object of the process (10-25 ms here). Without this, the garbage the
+    chunkers before left behind set off a collection inside whichever call came next,
+    at the same point in every round (the rounds allocate alike), so one chunker paid
+    for the others' garbage in every repetition: ``recursive`` measured 1.35 in the
+    full round and 1.27 alone (session 24, same code, minutes apart).
     """
     rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
 
     def timed(function: Callable[[str], object], argument: str) -> tuple[float, float, object]:
+        collect()
         wall, cpu = clock()
         result = function(argument)
         wall_after, cpu_after = clock()
@@ -559,18 +573,20 @@ def rows_from_parts(parts: dict[int, int], names: list[str], chunks: list[int]) 
     """``(name, encode instructions, chunker instructions, chunks)`` per chunker, from the child's parts.
 
     Part 1 is the start and the first warm-up; then, per chunker ``k``, its encode is part
-    ``3k + 2``, the chunker part ``3k + 3`` and the next warm-up part ``3k + 4``; the last part
-    is the exit. Any other count of parts means a marker call that was not the child's.
+    ``4k + 2``, the garbage collection before the chunker (not counted) part ``4k + 3``, the
+    chunker part ``4k + 4`` and the next warm-up part ``4k + 5``; the last part is the exit.
+    Any other count of parts means a marker call that was not the child's.
     """
-    if sorted(parts) != list(range(1, 3 * len(names) + 2)):
-        raise SystemExit(f"callgrind wrote parts {sorted(parts)}, expected 1..{3 * len(names) + 1}: "
+    if sorted(parts) != list(range(1, 4 * len(names) + 2)):
+        raise SystemExit(f"callgrind wrote parts {sorted(parts)}, expected 1..{4 * len(names) + 1}: "
                          f"something else called {CALLGRIND_MARKER}()")
-    return [(name, parts[3 * k + 2], parts[3 * k + 3], chunks[k]) for k, name in enumerate(names)]
+    return [(name, parts[4 * k + 2], parts[4 * k + 4], chunks[k]) for k, name in enumerate(names)]
 
 
 def callgrind_child(workload_file: Path, names: list[str], warm: bool = False) -> None:
     """The child of :func:`instructions`: one warm-up and one measured round per chunker, between markers
-    (its memo of counts emptied before the measured round, unless ``warm``, as :func:`measure` does)."""
+    (its memo of counts emptied before the measured round, unless ``warm``, and the garbage collected
+    before the encode and before the chunker, each outside the parts counted, as :func:`measure` does)."""
     import json
 
     text = workload_file.read_text(encoding="utf-8")
@@ -585,8 +601,11 @@ def callgrind_child(workload_file: Path, names: list[str], warm: bool = False) -
         if chunker.reset is not None and not warm:
             chunker.reset()
         copy = fresh_copy(text)
+        gc.collect()  # as measure() does before each timed call
         marker()
         encoding.encode_ordinary(copy)
+        marker()
+        gc.collect()  # a part of its own, not counted
         marker()
         chunks.append(chunker.run(copy))
         marker()
@@ -604,7 +623,8 @@ def instruction_table(rows: list[tuple[str, int, int, int]]) -> str:
 
 
 def _cpu(function, *args):
-    """(CPU seconds of ``function(*args)``, its result)."""
+    """(CPU seconds of ``function(*args)``, its result), after a garbage collection (not timed) as in :func:`measure`."""
+    gc.collect()
     c0 = time.process_time()
     result = function(*args)
     return time.process_time() - c0, result
@@ -667,7 +687,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"chunks of {CHUNK_TOKENS} tokens, no overlap (sentence and sentence_window: see the docstring); {repeat} interleaved repetitions; python "
           f"{sys.version.split()[0]}; "
           + ("memos of counts kept between repetitions (--warm)" if args.warm
-             else "each chunker's memo of counts emptied before each repetition (--warm keeps them)"))
+             else "each chunker's memo of counts emptied before each repetition (--warm keeps them)")
+          + "; garbage collected before every timed call")
     print(f"CPU: {cpu_features()}")
     load_before = load_average()
     started = time.perf_counter()

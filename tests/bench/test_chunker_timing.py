@@ -101,6 +101,23 @@ def test_a_chunkers_memo_of_counts_is_emptied_before_each_timed_run_outside_the_
     assert rows[0].ratios == [pytest.approx(2.0), pytest.approx(2.0)]
 
 
+def test_every_timed_call_starts_after_a_garbage_collection_outside_the_clock(bench):
+    # A collection set off by garbage others left would be charged to whoever runs next:
+    # one is made before every timed call, encodes included, and never timed.
+    machine = ScriptedMachine(encodes=[1.0] * 3)
+
+    def collect():
+        machine.texts.append(("collect", None))
+        machine.now += 100.0  # were it timed, the ratios would show it
+
+    chunkers = [bench.Chunker("chunkyard a", machine.chunker("a", [2.0]), lambda: machine.texts.append(("reset", None))),
+                bench.Chunker("chunkyard b", machine.chunker("b", [3.0]))]
+    rows = bench.measure(chunkers, "text", machine.encode, 1, clock=machine.clock, collect=collect)
+    assert [who for who, _ in machine.texts] == ["collect", "encode", "reset", "collect", "a", "collect", "encode",
+                                                  "collect", "b", "collect", "encode"]
+    assert [r.ratios for r in rows] == [[pytest.approx(2.0)], [pytest.approx(3.0)]]
+
+
 def test_the_bench_forgets_our_tokenizers_counts_as_a_new_process_has_them(bench):
     from chunking import default_tokenizer
 

@@ -26,11 +26,12 @@ def write_dump(path, part, total, header="summary"):
 
 
 def test_each_chunker_gets_the_encode_and_the_region_measured_for_it(bench, tmp_path):
-    # Two chunkers: parts 1 (start), 2 (encode), 3 (first), 4 (warm-up), 5 (encode), 6 (second), 7 (exit).
-    totals = {1: 900, 2: 1000, 3: 1250, 4: 77, 5: 1010, 6: 1500, 7: 5}
+    # Two chunkers: parts 1 (start), 2 (encode), 3 (garbage collection), 4 (first), 5 (warm-up),
+    # 6 (encode), 7 (garbage collection), 8 (second), 9 (exit).
+    totals = {1: 900, 2: 1000, 3: 333, 4: 1250, 5: 77, 6: 1010, 7: 444, 8: 1500, 9: 5}
     for part, total in totals.items():
-        name = "callgrind.out" if part == 7 else f"callgrind.out.{part}"
-        write_dump(tmp_path / name, part, total, header="totals" if part == 4 else "summary")
+        name = "callgrind.out" if part == 9 else f"callgrind.out.{part}"
+        write_dump(tmp_path / name, part, total, header="totals" if part == 5 else "summary")
     parts = bench.callgrind_parts(tmp_path)
     assert parts == totals
     rows = bench.rows_from_parts(parts, ["chunkyard a", "chunkyard b"], [12, 34])
@@ -41,9 +42,9 @@ def test_each_chunker_gets_the_encode_and_the_region_measured_for_it(bench, tmp_
 
 
 def test_a_stray_marker_call_is_refused_not_shifted(bench, tmp_path):
-    for part in range(1, 6):  # one chunker wants parts 1..4; a fifth means another getppid() call
+    for part in range(1, 7):  # one chunker wants parts 1..5; a sixth means another getppid() call
         write_dump(tmp_path / f"callgrind.out.{part}", part, 100 * part)
-    with pytest.raises(SystemExit, match="expected 1..4"):
+    with pytest.raises(SystemExit, match="expected 1..5"):
         bench.rows_from_parts(bench.callgrind_parts(tmp_path), ["chunkyard a"], [1])
 
 
