@@ -446,9 +446,13 @@ class _TiktokenSpanCounter:
     such a character -- is one too: ``\s*[\r\n]`` backtracks to the last newline of
     the run, and the indentation starts the next pre-token. A substring that ends
     inside the indentation matches the run and its indentation whole (``\s++$``),
-    but BPE never joins a newline to a space or tab after it when no token holds that
-    pair (``TiktokenTokenizer.indentation_stays_apart``, true of cl100k_base; without
-    it these are left out), so its tokens are those of the two parts.
+    but BPE never joins that newline to the indentation when no token ends with a
+    newline and spaces or tabs (such a token is the only one that could cross the
+    join, since only spaces and tabs follow it there: ``TiktokenTokenizer.indentation_stays_apart``,
+    true of cl100k_base, whose ``"\n    \n"`` needs a second newline; without it
+    these are left out), so its tokens are those of the two parts. (Under the older,
+    non-possessive pattern the run is cut there anyway: ``\s*[\r\n]+``, then
+    ``\s+(?!\S)``.)
 
     A *space or tab after punctuation or a digit* (``2. Then``, ``) or``) is one too:
     the punctuation alternative is possessive over non-space characters and the
@@ -695,8 +699,9 @@ def _word_end_tokens(data: bytes, token_ends, indented: bool = False):
 
     A word end is where a character that :func:`_word_end_tables` calls a letter
     is followed by one it calls a non-letter, or by the end of the text; a line start
-    (a newline, then a printable ASCII character other than the space) and a space
-    after punctuation or a digit count as one too, and with ``indented`` an indented
+    (a newline, then a printable ASCII character other than the space), a space or
+    tab after punctuation or a digit, and both ends of a run of ASCII digits (its
+    start after printable ASCII) count as one too, and with ``indented`` an indented
     line start (:func:`_indented_line_starts`): see :class:`_TiktokenSpanCounter`. Those
     characters are all one byte (ASCII) or three (CJK, kana, CJK punctuation), so
     the test reads the bytes around each token end: no decoding to code points.
@@ -787,8 +792,9 @@ def _ascii_pair_word_end_table():
     """Per pair of bytes (``before << 8 | after``), numpy uint8: ``_WORD_END`` for an ASCII
     letter then an ASCII non-letter, a newline then a printable ASCII character other
     than the space (a line start), a printable ASCII non-letter (punctuation, a digit)
-    then a space or a tab, an ASCII digit then an ASCII non-digit or the other way
-    round (not whitespace then a digit); ``_NEWLINE_THEN_BLANK`` for a newline then a space or a tab; else 0 (see
+    then a space or a tab, an ASCII digit then an ASCII non-digit, a printable ASCII
+    non-digit (not whitespace, not a control character) then a digit;
+    ``_NEWLINE_THEN_BLANK`` for a newline then a space or a tab; else 0 (see
     :class:`_TiktokenSpanCounter`)."""
     import numpy as np
 
