@@ -275,8 +275,8 @@ def measure(
     tracked object of the process (10-25 ms here). Without this, the garbage the
     chunkers before left behind set off a collection inside whichever call came next,
     at the same point in every round (the rounds allocate alike), so one chunker paid
-    for the others' garbage in every repetition: ``recursive`` measured 1.35 in the
-    full round and 1.27 alone (session 24, same code, minutes apart).
+    for the others' garbage in every repetition: ``recursive`` measured 1.34 in the
+    full round and 1.27 alone (session 24, the same chunking code, no collection).
     """
     rows = {c.name: Row(c.name, ratios=[], cpu_ratios=[], wall=[], cpu=[]) for c in chunkers}
 
