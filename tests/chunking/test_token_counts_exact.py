@@ -301,7 +301,7 @@ def test_cl100k_never_joins_a_newline_to_the_indentation_after_it(cl100k):
     from chunking.tokenizers import _joins_newline_to_indentation
 
     assert cl100k.indentation_stays_apart()
-    assert not _joins_newline_to_indentation({b"\n": 0, b"  ": 1, b" \n": 2, b"\n  \n": 3, b"\t": 4, b"\n": 5})
+    assert not _joins_newline_to_indentation({b"\n": 0, b"  ": 1, b" \n": 2, b"\n  \n": 3, b"\t": 4})
     assert _joins_newline_to_indentation({b"\n": 0, b"\n  ": 1}) and _joins_newline_to_indentation({b"x\n\t": 0, b"y": 1})
 
 
@@ -313,8 +313,9 @@ def test_cl100k_never_joins_a_newline_to_the_indentation_after_it(cl100k):
 )
 def test_spans_around_indented_line_starts_count_exactly(cl100k, lines, seed):
     # Indented code and lists: a span's middle may start or end after an indentation's
-    # newline, but a span ending inside the indentation (a run of whitespace at its end,
-    # one pre-token there) must not end its middle at that newline.
+    # newline, even for a span ending inside the indentation, whose whitespace run the
+    # pre-tokenizer takes whole there: no cl100k token ends with a newline and indentation,
+    # so BPE gives it the tokens of its two parts.
     rng = random.Random(seed)
     text = "\n".join(lines) + "\n" + "".join(rng.choice(["    y = 2\n", "\n\n  - a\n", "  1 2\n"]) for _ in range(900))
     count = span_counter(cl100k, text)
