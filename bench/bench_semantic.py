@@ -51,12 +51,14 @@ Wall time on the shared machine (load 10-13) was ~2.9x the CPU time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import logging
 import os
 import pstats
 import re
+import subprocess
 import sys
 import time
 from html.parser import HTMLParser
@@ -162,6 +164,26 @@ def load() -> str:
     return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def busy_loops(count: int):
+    """``count`` other processes spinning on the cores while the block runs (``--busy``): a
+    machine shared with other work, the same every time (the figures of a really shared
+    machine depend on who else is on it)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
 def timed_split(text, tokenizer, embedder, **options):
     """Run split_semantic once: wall s, CPU s, breakpoints, spans, the sentence vectors it embedded."""
     captured: list[np.ndarray] = []
@@ -255,7 +277,7 @@ def print_floor(embedder, sentences, variants, cpus, walls) -> None:
     print("|---|---|---|---|---|---|---|")
     rows = embedder.batch_tokens or 2048
     saved = embedder.precision
-    for name, precision in variants.items():
+    for name, (precision, _) in variants.items():
         embedder.precision = precision
         layer = embedder._transformer().encoder.layer[0]
         rate = gemm_rate(layer, rows)
@@ -311,6 +333,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs of each variant (default 3)")
     parser.add_argument("--full", action="store_true", help="add bfloat16 and the reference (slow: minutes)")
     parser.add_argument("--profile", action="store_true", help="cProfile one default run")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="N busy loops (other processes) on the cores during the timed runs: a shared machine")
     args = parser.parse_args()
 
     tokenizer = TiktokenTokenizer()
@@ -328,14 +352,19 @@ def main() -> None:
         f"from {CORPUS.resolve()}; model load {load_seconds:.1f} s; auto precision here: {default_precision}; {load()}"
     )
 
-    variants = {f"default ({default_precision})": default_precision, "int8": "int8"}
+    # name -> (precision, max_workers); None: the embedder's default (twice its workers).
+    variants = {f"default ({default_precision})": (default_precision, None), "int8": ("int8", None)}
+    if args.busy:
+        # The same default without the extra threads it starts on shared cores (run_on_shared_cores).
+        workers = embedder.workers or torch_threads()
+        variants[f"default, no extra threads (max_workers={workers})"] = (default_precision, workers)
     # float32 is the model's own precision, so the breakpoints every variant is held to:
     # where ``auto`` picks bfloat16, float32 runs too (its breaks are the reference).
     if default_precision != "float32":
-        variants["float32"] = "float32"
+        variants["float32"] = ("float32", None)
     if args.full and default_precision != "bfloat16":
-        variants["bfloat16"] = "bfloat16"
-    for precision in variants.values():  # warm up each, and make the int8 / bfloat16 copies, untimed
+        variants["bfloat16"] = ("bfloat16", None)
+    for precision, _ in variants.values():  # warm up each, and make the int8 / bfloat16 copies, untimed
         embedder.precision = precision
         embedder.embed(["warm up the model and its kernels"] * 4)
 
@@ -343,24 +372,26 @@ def main() -> None:
     cpus: dict[str, list[float]] = {name: [] for name in variants}
     breaks: dict[str, list[int]] = {}
     default_run = None
-    for round_ in range(args.repeat):
-        names = list(variants) if round_ % 2 == 0 else list(variants)[::-1]
-        for name in names:
-            embedder.precision = variants[name]
-            wall, cpu, found, spans, vectors = timed_split(text, tokenizer, embedder)
-            walls[name].append(wall)
-            cpus[name].append(cpu)
-            breaks.setdefault(name, found)
-            if variants[name] == default_precision and default_run is None:
-                default_run = (found, spans, vectors)
-        print(f"  round {round_ + 1}/{args.repeat} done; {load()}", flush=True)
-    embedder.precision = default_precision
+    with busy_loops(args.busy):
+        for round_ in range(args.repeat):
+            names = list(variants) if round_ % 2 == 0 else list(variants)[::-1]
+            for name in names:
+                embedder.precision, embedder.max_workers = variants[name]
+                wall, cpu, found, spans, vectors = timed_split(text, tokenizer, embedder)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+                breaks.setdefault(name, found)
+                if variants[name] == (default_precision, None) and default_run is None:
+                    default_run = (found, spans, vectors)
+            print(f"  round {round_ + 1}/{args.repeat} done; {load()}", flush=True)
+    embedder.precision, embedder.max_workers = default_precision, None
     default_name = next(iter(variants))
-    reference_name = next(name for name, precision in variants.items() if precision == "float32")
+    reference_name = next(name for name, (precision, _) in variants.items() if precision == "float32")
     reference = breaks[reference_name]
 
     print(f"\nsemantic, {n_tokens} tokens, x{args.repeat} interleaved (defaults of split_semantic: combine, gap, "
-          f"buffer 1, percentile 95, cap {DEFAULT_CHUNK_TOKEN_SIZE})")
+          f"buffer 1, percentile 95, cap {DEFAULT_CHUNK_TOKEN_SIZE})"
+          + (f"; {args.busy} busy loops on the cores throughout" if args.busy else ""))
     print("| variant | wall min | wall median | wall max | cpu min | cpu median | cpu max | breaks "
           "| agree float32 exact / ±1 |")
     print("|---|---|---|---|---|---|---|---|---|")

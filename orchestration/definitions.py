@@ -78,6 +78,7 @@ def build_project(settings: Settings) -> Project:
         precision=settings.embedding_precision,
         batch_tokens=settings.embedding_batch_tokens,
         workers=settings.embedding_workers,
+        max_workers=settings.embedding_max_workers,
         threads=str(settings.embedding_threads),
         concurrent_runs=runs_sharing_cores(settings),
     )

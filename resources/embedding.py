@@ -20,6 +20,7 @@ def _load(
     precision: str,
     batch_tokens: int | None,
     workers: int | None,
+    max_workers: int | None = None,
 ) -> SentenceTransformerEmbedder:
     # Loading weights takes seconds: once per process and configuration.
     return SentenceTransformerEmbedder(
@@ -30,6 +31,7 @@ def _load(
         precision=precision,
         batch_tokens=batch_tokens,
         workers=workers,
+        max_workers=max_workers,
     )
 
 
@@ -80,6 +82,12 @@ class EmbeddingModelResource(ConfigurableResource):
         ge=1,
         description="Batches run side by side on this many threads, one torch thread each (None: torch's count).",
     )
+    max_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most threads when the batches find the cores shared with other work (None: twice "
+        "workers; workers itself when concurrent_runs > 1, where the runs share the cores by design).",
+    )
     threads: str = Field(
         default="auto",
         description="Torch intra-op threads while this process embeds: a whole number, or auto = the cores "
@@ -113,8 +121,17 @@ class EmbeddingModelResource(ConfigurableResource):
             torch.set_num_threads(threads)
         return _load(
             self.model, self.device, self.batch_size, self.normalize, self.resolved_precision, self.batch_tokens,
-            self.workers,
+            self.workers, self.resolved_max_workers,
         )
+
+    @property
+    def resolved_max_workers(self) -> int | None:
+        """``max_workers``, or when unset and runs share the cores, no more than ``workers``: each
+        run would find the others' threads on its cores and add its own, 2x oversubscribing
+        the machine for no larger share (the runs' threads are all of it)."""
+        if self.max_workers is not None or self.concurrent_runs == 1:
+            return self.max_workers
+        return self.workers or self.resolved_threads
 
     @property
     def resolved_precision(self) -> str:

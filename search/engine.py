@@ -657,6 +657,7 @@ def open_index(settings, *, vector_index: str = "exact") -> SearchIndex:
         model=settings.embedding_model, device=settings.embedding_device,
         batch_size=settings.embedding_batch_size, precision=settings.embedding_precision,
         batch_tokens=settings.embedding_batch_tokens, workers=settings.embedding_workers,
+        max_workers=settings.embedding_max_workers,
     )
     return SearchIndex(
         settings.db_path, resource.model_id, embed=lambda texts: resource.get_embedder().embed(texts),

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from chunking.embedding import _token_budget_batches
+from chunking.embedding import _token_budget_batches, run_on_shared_cores
 
 TEXTS = [
     "Bring a large pot of salted water to a rolling boil.",
@@ -118,6 +118,84 @@ def test_concurrent_embeds_from_two_threads_get_their_own_vectors(embedder):
     assert sorted(results) == [0, 1]
     for vectors in results.values():
         assert np.abs(vectors[::-1] - expected).max() < 1e-5
+
+
+def _threads_running(items, run=None, **options):
+    """The items ``run_on_shared_cores`` ran, in the order they started, and the threads that ran them."""
+    started: list[int] = []
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def record(item: int) -> None:
+        with lock:
+            started.append(item)
+            threads.add(threading.get_ident())
+        if run is not None:
+            run(item)
+
+    run_on_shared_cores(record, items, **options)
+    return started, threads
+
+
+def test_workers_found_off_the_cores_are_joined_by_extra_threads():
+    import time
+
+    # A sleeping worker gets no CPU for its wall time: the cores look shared, so the two
+    # extra threads join once 0.05 s of batches have been measured.
+    started, threads = _threads_running(list(range(24)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05)
+    assert sorted(started) == list(range(24))
+    assert len(threads) == 4
+
+
+def test_workers_that_hold_their_cores_run_alone():
+    import time
+
+    # share=0: no worker is ever under it, as on quiet cores, so the extra threads never run a batch.
+    started, threads = _threads_running(
+        list(range(24)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05, share=0.0
+    )
+    assert sorted(started) == list(range(24))
+    assert len(threads) == 2
+
+
+def test_one_worker_takes_the_items_in_order_and_the_first_error_stops_the_queue():
+    started, _ = _threads_running(list(range(10)), workers=1, most=1)
+    assert started == list(range(10))
+
+    def fail_at_three(item: int) -> None:
+        if item == 3:
+            raise RuntimeError("batch 3 failed")
+
+    with pytest.raises(RuntimeError, match="batch 3 failed"):
+        _threads_running(list(range(10)), fail_at_three, workers=1, most=3, share=1.0, measured=0.0)
+
+
+def test_after_an_error_no_worker_starts_another_item():
+    import time
+
+    started: list[int] = []
+
+    def slow_then_fail(item: int) -> None:
+        started.append(item)
+        time.sleep(0.01)
+        if item == 4:
+            raise ValueError("over the time budget")
+
+    with pytest.raises(ValueError, match="time budget"):
+        run_on_shared_cores(slow_then_fail, list(range(40)), 2, 2)
+    # The other worker finishes the item it holds and may take one more before the failure is
+    # recorded; nobody takes one after that.
+    assert sorted(started) == list(range(len(started))) and len(started) <= 7
+
+
+def test_max_workers_is_checked_and_runs_sharing_cores_add_no_threads():
+    from resources.embedding import EmbeddingModelResource
+
+    assert EmbeddingModelResource().resolved_max_workers is None  # the embedder's default: twice workers
+    shared = EmbeddingModelResource(threads="4", concurrent_runs=2)
+    assert shared.resolved_max_workers == 4  # torch's threads = the workers
+    assert EmbeddingModelResource(workers=3, concurrent_runs=2).resolved_max_workers == 3
+    assert EmbeddingModelResource(max_workers=6, concurrent_runs=2).resolved_max_workers == 6
 
 
 # --- precision chosen by the CPU, and one forward per distinct text -------------------
