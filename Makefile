@@ -62,7 +62,8 @@ ui-command:
 # and the semantic one (~50k tokens through the model), each printed as it finishes.
 # Its own venv, .venv-bench: the project (torch 2.13.0 CPU first, as above) plus the
 # peers of bench/requirements-peers.txt, which the project itself does not need.
-# Timings: README, "Benchmarks" (the chunker table, 25 repetitions with the peers: ~3-5 min; the semantic one ~2).
+# Timings: README, "Benchmarks" (the chunker table, 25 repetitions with the peers: ~3-7 min; the semantic
+# one ~2, and ~3 more beside two busy loops).
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.chunkyard-bench-installed
@@ -81,6 +82,8 @@ bench: $(BENCH_STAMP)
 	$(BENCH_PY) bench/bench_strategies.py --repeat 25
 	@echo "== bench/bench_semantic.py: semantic on ~50k tokens, the default precision vs int8 and float32"
 	$(BENCH_PY) bench/bench_semantic.py --repeat 3
+	@echo "== bench/bench_semantic.py --busy 2: the same beside two busy loops (a shared machine)"
+	$(BENCH_PY) bench/bench_semantic.py --repeat 3 --busy 2
 
 # `make bench-instructions`: the chunker table again by instruction count (valgrind's callgrind,
 # which must be installed): the same ratios without the machine's load in them; ~17 min.

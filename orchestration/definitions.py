@@ -79,6 +79,7 @@ def build_project(settings: Settings) -> Project:
         batch_tokens=settings.embedding_batch_tokens,
         workers=settings.embedding_workers,
         max_workers=settings.embedding_max_workers,
+        parallel_steps=settings.executor != "in_process",
         threads=str(settings.embedding_threads),
         concurrent_runs=runs_sharing_cores(settings),
     )

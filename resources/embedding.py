@@ -86,7 +86,13 @@ class EmbeddingModelResource(ConfigurableResource):
         default=None,
         ge=1,
         description="Most threads when the batches find the cores shared with other work (None: twice "
-        "workers; workers itself when concurrent_runs > 1, where the runs share the cores by design).",
+        "workers; workers itself when concurrent_runs > 1 or parallel_steps, where our own processes share "
+        "the cores by design).",
+    )
+    parallel_steps: bool = Field(
+        default=False,
+        description="Steps of one run embed side by side in processes of their own (the multiprocess and "
+        "celery executors).",
     )
     threads: str = Field(
         default="auto",
@@ -126,10 +132,10 @@ class EmbeddingModelResource(ConfigurableResource):
 
     @property
     def resolved_max_workers(self) -> int | None:
-        """``max_workers``, or when unset and runs share the cores, no more than ``workers``: each
-        run would find the others' threads on its cores and add its own, 2x oversubscribing
-        the machine for no larger share (the runs' threads are all of it)."""
-        if self.max_workers is not None or self.concurrent_runs == 1:
+        """``max_workers``, or when unset and our own runs or steps share the cores, no more than
+        ``workers``: each would find the others' threads on its cores and add its own, 2x
+        oversubscribing the machine for no larger share (their threads are all of it)."""
+        if self.max_workers is not None or (self.concurrent_runs == 1 and not self.parallel_steps):
             return self.max_workers
         return self.workers or self.resolved_threads
 

@@ -196,6 +196,19 @@ def test_max_workers_is_checked_and_runs_sharing_cores_add_no_threads():
     assert shared.resolved_max_workers == 4  # torch's threads = the workers
     assert EmbeddingModelResource(workers=3, concurrent_runs=2).resolved_max_workers == 3
     assert EmbeddingModelResource(max_workers=6, concurrent_runs=2).resolved_max_workers == 6
+    assert EmbeddingModelResource(workers=2, parallel_steps=True).resolved_max_workers == 2
+
+
+def test_the_multiprocess_executor_starts_no_extra_embedding_threads():
+    from orchestration.definitions import build_project
+    from orchestration.settings import Settings
+
+    def resource(**values):
+        return build_project(Settings(**values)).defs.resources["embedding"]
+
+    assert resource().resolved_max_workers is None
+    assert resource(executor="multiprocess", embedding_workers=2).resolved_max_workers == 2
+    assert resource(executor="multiprocess", embedding_max_workers=5).resolved_max_workers == 5
 
 
 # --- precision chosen by the CPU, and one forward per distinct text -------------------
