@@ -1,6 +1,6 @@
 """The seed's workload for the ``semantic`` strategy: ~50k tokens of real text, timed per option.
 
-    .venv/bin/python bench/bench_semantic.py [--tokens 50000] [--repeat 3] [--full] [--profile]
+    .venv/bin/python bench/bench_semantic.py [--tokens 50000] [--repeat 3] [--full] [--profile] [--busy N]
 
 The workload is English prose and documentation from ../shared/corpus (md/*.md,
 three licence texts from txt/, the html/ pages as text), cut at a paragraph near
@@ -26,6 +26,11 @@ the default with it. Last: the default cap (200 tokens) against the seed's
 1200, in word pieces of the model (all-MiniLM-L6-v2 reads 256), on the same
 breakpoints, with the count of chunks that are exactly one sentence (the
 embeddings step reuses their vectors instead of computing them again).
+
+``--busy N`` runs the timed rounds beside N busy loops (other processes spinning on the
+cores): a shared machine, reproducibly. It adds the default without the extra worker threads
+the embedder starts when it finds the cores shared (``max_workers`` = its workers), so the
+table shows what they bring.
 
 Then the floor: the word pieces the model reads (distinct sentences, with the
 padding of the embedder's own length-sorted batches, ``batch_shapes``), the
@@ -175,8 +180,10 @@ def busy_loops(count: int):
     """``count`` other processes spinning on the cores while the block runs (``--busy``): a
     machine shared with other work, the same every time (the figures of a really shared
     machine depend on who else is on it)."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    loops = []
     try:
+        for _ in range(count):
+            loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
         yield
     finally:
         for loop in loops:
@@ -336,6 +343,8 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="N busy loops (other processes) on the cores during the timed runs: a shared machine")
     args = parser.parse_args()
+    if args.busy < 0:
+        parser.error(f"--busy: expected 0 or more busy loops, got {args.busy}")
 
     tokenizer = TiktokenTokenizer()
     text = workload(tokenizer, args.tokens)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -105,9 +106,10 @@ class SentenceTransformerEmbedder:
       while a worker on a slow core just takes fewer batches. Default: torch's
       thread count; ``workers=1`` runs one batch at a time on torch's threads.
     * ``max_workers``: when the batches find the cores shared with other work (a worker
-      gets under 3/4 of a core), more threads join, up to this many, and take a larger
-      share of the cores (:func:`run_on_shared_cores`). Default: twice ``workers``;
-      ``max_workers=workers`` never adds any.
+      waits for a core over a quarter of the time), more threads join, up to this many,
+      and take a larger share of the cores (:func:`run_on_shared_cores`). Default: three
+      times ``workers``; ``max_workers=workers`` never adds any; unused where ``workers`` are
+      not (one worker, or a device other than the CPU).
     * ``num_threads`` sets torch's intra-op threads (process-wide: torch has one pool).
     * For the common layout (transformer, mean pooling, optional normalisation)
       ``embed`` tokenizes once, sorts texts by token length and batches texts of
@@ -404,7 +406,7 @@ class SentenceTransformerEmbedder:
             for rows in batches:
                 embed_batch(rows)
             return out
-        most = min(max(self.max_workers or 2 * workers, workers), len(batches))
+        most = min(max(self.max_workers or _SHARED_CORES_THREADS_PER_WORKER * workers, workers), len(batches))
         # Longest first, so the batches left when the queue runs dry are short
         # ones and the workers finish together.
         with _one_torch_thread_each():
@@ -466,30 +468,59 @@ def _distinct(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     return list(index), rows
 
 
-# A worker whose batches had less than this share of a core, over at least
-# _SHARE_MEASURED_SECONDS of their wall time, finds the cores shared (see run_on_shared_cores).
-_CONTENDED_CORE_SHARE = 0.75
+# A worker that waited for a core more than this share of its batches' wall time, judged
+# over windows of at least _SHARE_MEASURED_SECONDS, finds the cores shared (run_on_shared_cores).
+_WAITING_SHARE = 0.25
 _SHARE_MEASURED_SECONDS = 0.2
+# max_workers by default: threads per worker once the cores are found shared (run_on_shared_cores).
+_SHARED_CORES_THREADS_PER_WORKER = 3
+
+
+def thread_waiting_clock() -> tuple[float, float]:
+    """``(wall, waited)`` seconds for the calling thread: a wall clock, and the time it has spent
+    runnable but waiting for a core (Linux: ``run_delay`` of ``/proc/thread-self/schedstat``).
+
+    Waiting for a core is what other work on the same cores causes, and what more threads
+    of ours can win back; time the thread did not want a core (a lock, the GIL, I/O) or was
+    not given one by the hypervisor (steal) or by a cgroup quota is not in it, and more
+    threads would not help there. Where the kernel does not report it, ``wall - CPU time``
+    stands in (which counts those too).
+    """
+    wall = time.perf_counter()
+    if _SCHEDSTAT is not None:
+        try:
+            with open(_SCHEDSTAT, "rb") as handle:
+                return wall, int(handle.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return wall, wall - time.thread_time()
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat" if Path("/proc/thread-self/schedstat").is_file() else None
 
 
 def run_on_shared_cores(
     run: Callable[[T], object], items: Sequence[T], workers: int, most: int,
-    share: float = _CONTENDED_CORE_SHARE, measured: float = _SHARE_MEASURED_SECONDS,
+    waiting_share: float = _WAITING_SHARE, measured: float = _SHARE_MEASURED_SECONDS,
+    clock: Callable[[], tuple[float, float]] = thread_waiting_clock,
 ) -> None:
     """``run(item)`` for every item, taken in order from a shared queue by ``workers``
     threads, and by up to ``most`` once the cores are found shared.
 
-    The cores are *shared* when a worker's own CPU time over its batches is under
-    ``share`` of their wall time, judged once they have run ``measured`` seconds
-    (a batch of a few milliseconds says little: one wake-up of a system daemon).
-    On two quiet cores two workers each hold a core (~0.95 of it). With two other
-    busy processes on them the scheduler gives each runnable thread an even slice,
-    so two workers get one core between them (~0.5 each) and four get 4/6 of the
-    two: the seed's 50k-token semantic bench ran 11.3 s with two and 9.0 s with four
-    there, while four on the quiet cores ran 5% slower than two (they take turns on
-    each core and evict each other's cache): so the extra threads start only when
-    they are needed. The first exception stops every worker taking more items and is
-    raised here, after all of them stopped.
+    The cores are *shared* when a worker waited for a core (``clock``, see
+    :func:`thread_waiting_clock`) more than ``waiting_share`` of its batches' wall time,
+    judged over windows of at least ``measured`` seconds (a batch of a few milliseconds
+    says little: one wake-up of a system daemon). On two quiet cores two workers each
+    hold a core. With two other busy processes on them the scheduler gives each runnable
+    thread an even slice, so two workers get one core between them (each waits half the
+    time), four get 4/6 of the two and six 6/8: the seed's 50k-token semantic bench
+    (bfloat16, 3 interleaved runs each, medians) ran 11.0 s with two threads there, 8.8 s
+    with up to four and 7.8 s with up to six (the embedder's default, three per worker), at
+    the same CPU time (10.3-10.7 s). Four on the quiet cores ran 5% slower than two (they
+    take turns on each core and evict each other's cache): so the extra threads take
+    batches only once they are needed; until then they wait, idle. The first
+    exception, in a worker or in the calling thread (Ctrl-C), stops every worker taking
+    more items and is raised here after all of them stopped.
     """
     queue = list(items)[::-1]  # pop() takes the items in order
     lock = threading.Lock()
@@ -503,28 +534,36 @@ def run_on_shared_cores(
     def work(extra: bool) -> None:
         if extra:
             shared.wait()
-        wall = cpu = 0.0
+        window_start = clock()
         try:
             while True:
                 found, item = take()
                 if not found:
                     return
-                started, cpu_started = time.perf_counter(), time.thread_time()
                 run(item)
-                wall += time.perf_counter() - started
-                cpu += time.thread_time() - cpu_started
-                if not extra and wall >= measured and cpu < share * wall:
-                    shared.set()
+                if not extra and not shared.is_set():
+                    now = clock()
+                    wall, waited = now[0] - window_start[0], now[1] - window_start[1]
+                    if wall >= measured:
+                        if waited > waiting_share * wall:
+                            shared.set()
+                        window_start = now
         except BaseException as exc:
             with lock:
                 failed.append(exc)
             raise
 
-    with ThreadPoolExecutor(most) as pool:
-        regular = [pool.submit(work, False) for _ in range(workers)]
-        extras = [pool.submit(work, True) for _ in range(most - workers)]
-        wait(regular)
-        shared.set()  # the extras that never started find the queue empty and return
+    with ThreadPoolExecutor(max(most, workers, 1)) as pool:
+        try:
+            regular = [pool.submit(work, False) for _ in range(workers)]
+            extras = [pool.submit(work, True) for _ in range(most - workers)]
+            wait(regular)
+        except BaseException as exc:  # Ctrl-C while waiting: the workers stop after their item
+            with lock:
+                failed.append(exc)
+            raise
+        finally:
+            shared.set()  # the extras still waiting find the queue empty, or stopped, and return
         wait(extras)
     if failed:
         raise failed[0]

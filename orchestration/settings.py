@@ -154,7 +154,7 @@ class Settings(BaseModel):
     embedding_precision: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
     embedding_batch_tokens: int | None = Field(2048, ge=1)
     embedding_workers: int | None = Field(None, ge=1)
-    # Most embedding threads once the cores are found shared with other work (None: twice the workers).
+    # Most embedding threads once the cores are found shared with other work (None: three times the workers).
     embedding_max_workers: int | None = Field(None, ge=1)
     # Torch intra-op threads per run: "auto" = the cores, divided in lake mode by the instance's
     # CHUNKYARD_MAX_CONCURRENT_RUNS (runs share the machine); or a whole number (runs_sharing_cores).

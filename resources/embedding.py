@@ -20,7 +20,6 @@ def _load(
     precision: str,
     batch_tokens: int | None,
     workers: int | None,
-    max_workers: int | None = None,
 ) -> SentenceTransformerEmbedder:
     # Loading weights takes seconds: once per process and configuration.
     return SentenceTransformerEmbedder(
@@ -31,7 +30,6 @@ def _load(
         precision=precision,
         batch_tokens=batch_tokens,
         workers=workers,
-        max_workers=max_workers,
     )
 
 
@@ -85,8 +83,8 @@ class EmbeddingModelResource(ConfigurableResource):
     max_workers: int | None = Field(
         default=None,
         ge=1,
-        description="Most threads when the batches find the cores shared with other work (None: twice "
-        "workers; workers itself when concurrent_runs > 1 or parallel_steps, where our own processes share "
+        description="Most threads when the batches find the cores shared with other work (None: three "
+        "times workers; workers itself when concurrent_runs > 1 or parallel_steps, where our own processes share "
         "the cores by design).",
     )
     parallel_steps: bool = Field(
@@ -125,10 +123,13 @@ class EmbeddingModelResource(ConfigurableResource):
 
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        return _load(
+        embedder = _load(
             self.model, self.device, self.batch_size, self.normalize, self.resolved_precision, self.batch_tokens,
-            self.workers, self.resolved_max_workers,
+            self.workers,
         )
+        # Not a key of the loaded model: a setting of how it runs, set on every call as the threads are.
+        embedder.max_workers = self.resolved_max_workers
+        return embedder
 
     @property
     def resolved_max_workers(self) -> int | None:

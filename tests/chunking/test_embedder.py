@@ -6,11 +6,12 @@ Each speed option must give the vectors the model's own forward gives, in input 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from chunking.embedding import _token_budget_batches, run_on_shared_cores
+from chunking.embedding import _token_budget_batches, run_on_shared_cores, thread_waiting_clock
 
 TEXTS = [
     "Bring a large pot of salted water to a rolling boil.",
@@ -137,55 +138,89 @@ def _threads_running(items, run=None, **options):
     return started, threads
 
 
-def test_workers_found_off_the_cores_are_joined_by_extra_threads():
-    import time
+def _always_waiting() -> tuple[float, float]:
+    """A thread that waited for a core all the time (a clock for run_on_shared_cores)."""
+    now = time.perf_counter()
+    return now, now
 
-    # A sleeping worker gets no CPU for its wall time: the cores look shared, so the two
-    # extra threads join once 0.05 s of batches have been measured.
-    started, threads = _threads_running(list(range(24)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05)
-    assert sorted(started) == list(range(24))
+
+def _never_waiting() -> tuple[float, float]:
+    return time.perf_counter(), 0.0
+
+
+def test_workers_found_waiting_for_cores_are_joined_by_extra_threads():
+    # Once 0.05 s of batches have been measured as all waiting, the two extra threads join.
+    started, threads = _threads_running(
+        list(range(48)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05, clock=_always_waiting
+    )
+    assert sorted(started) == list(range(48))
     assert len(threads) == 4
 
 
 def test_workers_that_hold_their_cores_run_alone():
-    import time
-
-    # share=0: no worker is ever under it, as on quiet cores, so the extra threads never run a batch.
+    # As on quiet cores: no worker waits, so the extra threads never take a batch.
     started, threads = _threads_running(
-        list(range(24)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05, share=0.0
+        list(range(48)), lambda _: time.sleep(0.02), workers=2, most=4, measured=0.05, clock=_never_waiting
     )
-    assert sorted(started) == list(range(24))
+    assert sorted(started) == list(range(48))
     assert len(threads) == 2
 
 
-def test_one_worker_takes_the_items_in_order_and_the_first_error_stops_the_queue():
+def test_the_waiting_clock_does_not_count_a_sleep_as_waiting_for_a_core():
+    from chunking import embedding
+
+    wall, waited = thread_waiting_clock()
+    time.sleep(0.2)
+    wall_after, waited_after = thread_waiting_clock()
+    assert wall_after - wall >= 0.2
+    assert 0 <= waited_after - waited <= wall_after - wall + 0.01
+    if embedding._SCHEDSTAT is not None:
+        # run_delay counts time runnable without a core, and a sleeping thread is not runnable
+        # (the stand-in, wall - CPU time, would count the whole sleep).
+        assert waited_after - waited < 0.1
+
+
+def test_one_worker_takes_the_items_in_order():
     started, _ = _threads_running(list(range(10)), workers=1, most=1)
     assert started == list(range(10))
 
-    def fail_at_three(item: int) -> None:
-        if item == 3:
-            raise RuntimeError("batch 3 failed")
 
-    with pytest.raises(RuntimeError, match="batch 3 failed"):
-        _threads_running(list(range(10)), fail_at_three, workers=1, most=3, share=1.0, measured=0.0)
+def test_the_first_error_stops_the_queue_and_is_raised():
+    started: list[int] = []
+    other_holds_five = threading.Event()
+
+    def fail_at_four(item: int) -> None:
+        started.append(item)
+        if item == 4:
+            # Fails once the other worker holds item 5, which lasts long enough for the
+            # failure to be recorded: that worker finishes it and takes no other.
+            other_holds_five.wait(5)
+            raise ValueError("over the time budget")
+        if item == 5:
+            other_holds_five.set()
+            time.sleep(0.2)
+
+    with pytest.raises(ValueError, match="time budget"):
+        run_on_shared_cores(fail_at_four, list(range(40)), 2, 2)
+    assert sorted(started) == list(range(6))
 
 
-def test_after_an_error_no_worker_starts_another_item():
-    import time
+def test_ctrl_c_while_workers_run_stops_them_and_is_raised():
+    import os
+    import signal
 
     started: list[int] = []
 
-    def slow_then_fail(item: int) -> None:
+    def interrupt_at_three(item: int) -> None:
         started.append(item)
+        if item == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the main thread, waiting on the workers
         time.sleep(0.01)
-        if item == 4:
-            raise ValueError("over the time budget")
 
-    with pytest.raises(ValueError, match="time budget"):
-        run_on_shared_cores(slow_then_fail, list(range(40)), 2, 2)
-    # The other worker finishes the item it holds and may take one more before the failure is
-    # recorded; nobody takes one after that.
-    assert sorted(started) == list(range(len(started))) and len(started) <= 7
+    # Before the fix the extra threads, still waiting to be needed, kept the pool from shutting down.
+    with pytest.raises(KeyboardInterrupt):
+        run_on_shared_cores(interrupt_at_three, list(range(400)), 2, 4, clock=_never_waiting)
+    assert len(started) < 400
 
 
 def test_max_workers_is_checked_and_runs_sharing_cores_add_no_threads():
