@@ -379,6 +379,7 @@ def main() -> None:
 
     walls: dict[str, list[float]] = {name: [] for name in variants}
     cpus: dict[str, list[float]] = {name: [] for name in variants}
+    threads: dict[str, list[int]] = {name: [] for name in variants}  # threads that ran batches, per run
     breaks: dict[str, list[int]] = {}
     default_run = None
     with busy_loops(args.busy):
@@ -389,6 +390,7 @@ def main() -> None:
                 wall, cpu, found, spans, vectors = timed_split(text, tokenizer, embedder)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
+                threads[name].append(embedder.threads_used)
                 breaks.setdefault(name, found)
                 if variants[name] == (default_precision, None) and default_run is None:
                     default_run = (found, spans, vectors)
@@ -402,13 +404,14 @@ def main() -> None:
           f"buffer 1, percentile 95, cap {DEFAULT_CHUNK_TOKEN_SIZE})"
           + (f"; {args.busy} busy loops on the cores throughout" if args.busy else ""))
     print("| variant | wall min | wall median | wall max | cpu min | cpu median | cpu max | breaks "
-          "| agree float32 exact / ±1 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| agree float32 exact / ±1 | threads that ran batches |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in variants:
         found = breaks[name]
         print(
             f"| {name} | {spread(walls[name])} | {spread(cpus[name])} | {len(found)} | "
-            f"{agreement(found, reference, 0):.2f} / {agreement(found, reference, 1):.2f} |"
+            f"{agreement(found, reference, 0):.2f} / {agreement(found, reference, 1):.2f} | "
+            f"{min(threads[name])}-{max(threads[name])} |"
         )
     median = float(np.median(walls[default_name]))
     if n_tokens < 49_000:

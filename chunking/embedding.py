@@ -212,6 +212,7 @@ class SentenceTransformerEmbedder:
         self.batch_tokens = batch_tokens
         self.workers = workers
         self.max_workers = max_workers
+        self.threads_used = 0  # threads that ran a batch in the last embed over several workers
         self.dimension = int(self._model.get_embedding_dimension())
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
@@ -410,7 +411,7 @@ class SentenceTransformerEmbedder:
         # Longest first, so the batches left when the queue runs dry are short
         # ones and the workers finish together.
         with _one_torch_thread_each():
-            run_on_shared_cores(embed_batch, batches[::-1], workers, most)
+            self.threads_used = run_on_shared_cores(embed_batch, batches[::-1], workers, most)
         return out
 
 
@@ -503,9 +504,10 @@ def run_on_shared_cores(
     run: Callable[[T], object], items: Sequence[T], workers: int, most: int,
     waiting_share: float = _WAITING_SHARE, measured: float = _SHARE_MEASURED_SECONDS,
     clock: Callable[[], tuple[float, float]] = thread_waiting_clock,
-) -> None:
+) -> int:
     """``run(item)`` for every item, taken in order from a shared queue by ``workers``
-    threads, and by up to ``most`` once the cores are found shared.
+    threads, and by up to ``most`` once the cores are found shared; returns how many
+    threads ran an item.
 
     The cores are *shared* when a worker waited for a core (``clock``, see
     :func:`thread_waiting_clock`) more than ``waiting_share`` of its batches' wall time,
@@ -526,6 +528,7 @@ def run_on_shared_cores(
     lock = threading.Lock()
     shared = threading.Event()  # the extra workers start: cores found shared, or the work is over
     failed: list[BaseException] = []
+    ran: set[int] = set()  # threads that took an item
 
     def take() -> tuple[bool, T | None]:
         with lock:
@@ -540,6 +543,7 @@ def run_on_shared_cores(
                 found, item = take()
                 if not found:
                     return
+                ran.add(threading.get_ident())
                 run(item)
                 if not extra and not shared.is_set():
                     now = clock()
@@ -567,6 +571,7 @@ def run_on_shared_cores(
         wait(extras)
     if failed:
         raise failed[0]
+    return len(ran)
 
 
 @contextmanager

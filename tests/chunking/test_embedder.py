@@ -134,7 +134,8 @@ def _threads_running(items, run=None, **options):
         if run is not None:
             run(item)
 
-    run_on_shared_cores(record, items, **options)
+    ran = run_on_shared_cores(record, items, **options)
+    assert ran == len(threads)
     return started, threads
 
 
