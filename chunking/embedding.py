@@ -212,7 +212,7 @@ class SentenceTransformerEmbedder:
         self.batch_tokens = batch_tokens
         self.workers = workers
         self.max_workers = max_workers
-        self.threads_used = 0  # threads that ran a batch in the last embed over several workers
+        self.threads_used = 0  # threads that ran batches in the last embed of the sorted path
         self.dimension = int(self._model.get_embedding_dimension())
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
@@ -406,6 +406,7 @@ class SentenceTransformerEmbedder:
         if workers <= 1 or self.device != "cpu":
             for rows in batches:
                 embed_batch(rows)
+            self.threads_used = 1  # the calling thread (on torch's own intra-op threads)
             return out
         most = min(max(self.max_workers or _SHARED_CORES_THREADS_PER_WORKER * workers, workers), len(batches))
         # Longest first, so the batches left when the queue runs dry are short

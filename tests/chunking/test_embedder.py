@@ -90,7 +90,9 @@ def test_workers_keep_input_order_and_restore_torch_threads(embedder):
 
     threads = torch.get_num_threads()
     one = _embed(embedder, workers=1)
+    assert embedder.threads_used == 1
     several = _embed(embedder, workers=3)
+    assert 1 <= embedder.threads_used <= 9  # three workers, and up to six more on shared cores
     assert torch.get_num_threads() == threads
     assert np.abs(one - several).max() < 1e-5
     # Identical texts land in different batches and workers; they must get identical vectors.
