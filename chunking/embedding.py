@@ -484,9 +484,10 @@ def thread_waiting_clock() -> tuple[float, float]:
 
     Waiting for a core is what other work on the same cores causes, and what more threads
     of ours can win back; time the thread did not want a core (a lock, the GIL, I/O) or was
-    not given one by the hypervisor (steal) or by a cgroup quota is not in it, and more
-    threads would not help there. Where the kernel does not report it, ``wall - CPU time``
-    stands in (which counts those too).
+    not given one by the hypervisor (steal) is not in it, and more threads would not help
+    there. (A cgroup's CPU quota may count: throttled threads can stay queued. Not tested
+    here.) Where the kernel does not report it, ``wall - CPU time`` stands in (which counts
+    all of those).
     """
     wall = time.perf_counter()
     if _SCHEDSTAT is not None:
