@@ -171,12 +171,6 @@ def load() -> str:
     return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
 @contextlib.contextmanager
 def busy_loops(count: int):
     """``count`` other processes spinning on the cores while the block runs (``--busy``): a
@@ -363,11 +357,11 @@ def main() -> None:
         f"from {CORPUS.resolve()}; model load {load_seconds:.1f} s; auto precision here: {default_precision}; {load()}"
     )
 
-    # name -> (precision, max_workers); None: the embedder's default (twice its workers).
+    # name -> (precision, max_workers); None: the embedder's default (three times its workers).
     variants = {f"default ({default_precision})": (default_precision, None), "int8": ("int8", None)}
     if args.busy:
         # The same default without the extra threads it starts on shared cores (run_on_shared_cores).
-        workers = embedder.workers or torch_threads()
+        workers = embedder.resolved_workers
         variants[f"default, no extra threads (max_workers={workers})"] = (default_precision, workers)
     # float32 is the model's own precision, so the breakpoints every variant is held to:
     # where ``auto`` picks bfloat16, float32 runs too (its breaks are the reference).

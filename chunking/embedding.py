@@ -222,6 +222,13 @@ class SentenceTransformerEmbedder:
         if self.precision != "float32" and self._mean_pooled is not None:
             self._transformer()  # cast or quantize once now rather than inside the first embed()
 
+    @property
+    def resolved_workers(self) -> int:
+        """``workers``, or torch's thread count when unset."""
+        import torch
+
+        return self.workers or torch.get_num_threads()
+
     def count_model_tokens(self, text: str) -> int:
         """Word pieces the model sees for ``text`` (special tokens included)."""
         return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
@@ -402,7 +409,7 @@ class SentenceTransformerEmbedder:
                         pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
                     out[targets[row]] = pooled.cpu().numpy()
 
-        workers = min(self.workers or torch.get_num_threads(), len(batches))
+        workers = min(self.resolved_workers, len(batches))
         if workers <= 1 or self.device != "cpu":
             for rows in batches:
                 embed_batch(rows)
@@ -478,6 +485,9 @@ _SHARE_MEASURED_SECONDS = 0.2
 _SHARED_CORES_THREADS_PER_WORKER = 3
 
 
+_SCHEDSTAT = "/proc/thread-self/schedstat" if Path("/proc/thread-self/schedstat").is_file() else None
+
+
 def thread_waiting_clock() -> tuple[float, float]:
     """``(wall, waited)`` seconds for the calling thread: a wall clock, and the time it has spent
     runnable but waiting for a core (Linux: ``run_delay`` of ``/proc/thread-self/schedstat``).
@@ -497,9 +507,6 @@ def thread_waiting_clock() -> tuple[float, float]:
         except (OSError, IndexError, ValueError):
             pass
     return wall, wall - time.thread_time()
-
-
-_SCHEDSTAT = "/proc/thread-self/schedstat" if Path("/proc/thread-self/schedstat").is_file() else None
 
 
 def run_on_shared_cores(
@@ -539,7 +546,8 @@ def run_on_shared_cores(
     def work(extra: bool) -> None:
         if extra:
             shared.wait()
-        window_start = clock()
+        else:
+            window_start = clock()
         try:
             while True:
                 found, item = take()

@@ -229,7 +229,7 @@ def test_ctrl_c_while_workers_run_stops_them_and_is_raised():
 def test_max_workers_is_checked_and_runs_sharing_cores_add_no_threads():
     from resources.embedding import EmbeddingModelResource
 
-    assert EmbeddingModelResource().resolved_max_workers is None  # the embedder's default: twice workers
+    assert EmbeddingModelResource().resolved_max_workers is None  # the embedder's default: three times workers
     shared = EmbeddingModelResource(threads="4", concurrent_runs=2)
     assert shared.resolved_max_workers == 4  # torch's threads = the workers
     assert EmbeddingModelResource(workers=3, concurrent_runs=2).resolved_max_workers == 3
