@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from chunking.limits import DocumentLimits, check_time_budget, current_time_budget
+from chunking.packed_forward import matches_model_forward, pack_batches, packed_forward
 
 T = TypeVar("T")
 
@@ -217,10 +218,11 @@ class SentenceTransformerEmbedder:
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
         self._transformers: dict[str, object] = {}
+        self._packed: dict[str, bool] = {}  # per precision: packs run through packed_forward
         if self.precision == "int8" and self._mean_pooled is None:
             raise ValueError(f"precision 'int8' needs a transformer -> mean pooling model; {model!r} is not one")
-        if self.precision != "float32" and self._mean_pooled is not None:
-            self._transformer()  # cast or quantize once now rather than inside the first embed()
+        if self._mean_pooled is not None:
+            self._packs_exactly()  # cast or quantize, and probe, once now rather than inside the first embed()
 
     @property
     def resolved_workers(self) -> int:
@@ -286,6 +288,18 @@ class SentenceTransformerEmbedder:
             else:
                 self._transformers["int8"] = _int8_linears(self._mean_pooled)
         return self._transformers[self.precision]
+
+    def _packs_exactly(self) -> bool:
+        """Whether the sorted path may run packs of batches through ``packed_forward``: for
+        float32 and bfloat16 (int8 scales each matrix product's rows together, so its vectors
+        would change), where a probe on one torch thread gives the model's own vectors bit for
+        bit (checked once per precision; see ``chunking.packed_forward``)."""
+        if self.precision not in self._packed:
+            transformer = self._transformer()
+            with _one_torch_thread_each():  # as the packs run
+                exact = self.precision != "int8" and matches_model_forward(transformer)
+            self._packed[self.precision] = exact
+        return self._packed[self.precision]
 
     def _tokenize(self, texts: list[str], **options: bool):
         """The tokenizer's output for ``texts``: word-piece ids truncated as the model
@@ -370,56 +384,83 @@ class SentenceTransformerEmbedder:
         ``spans = None`` one vector per text over the attention mask (every word piece the model
         read: the model's own pooling); with ``spans = (weights, targets, n)``, ``n`` vectors,
         text ``i`` giving output rows ``targets[i]``, each pooled with its row of ``weights[i]``
-        (one weight per word piece)."""
+        (one weight per word piece). Where the model packs exactly (``_packs_exactly``),
+        consecutive batches go through it together, up to ``batch_tokens`` word pieces and at
+        least one pack per worker (``chunking.packed_forward``): the same vectors, fewer and
+        larger matrix products."""
         import torch
 
         transformer = self._transformer()
+        workers = min(self.resolved_workers, len(batches))
+        packs = unpacked = [[rows] for rows in batches]
+        if self.device == "cpu" and self.batch_tokens is not None and self._packs_exactly():
+            # No pack over the token budget, and at least one per worker where the batches allow.
+            share = -(-int(lengths.sum()) // workers)
+            candidate = pack_batches(batches, lengths, min(self.batch_tokens, share))
+            # Exact on one torch thread per forward, as the probe ran (a matrix product of few
+            # rows split over torch's threads can round otherwise): the workers' path, or one thread.
+            if min(workers, len(candidate)) > 1 or torch.get_num_threads() == 1:
+                packs = candidate
+        packed = packs is not unpacked
         pad = self._model.tokenizer.pad_token_id or 0
         out = np.empty((len(ids) if spans is None else spans[2], self.dimension), dtype=np.float32)
         # Read here: the worker threads below do not see the caller's context.
         budget = current_time_budget()
 
-        def embed_batch(rows: np.ndarray) -> None:
+        def forward(pack: list[np.ndarray]) -> list[tuple[np.ndarray, "torch.Tensor", "torch.Tensor"]]:
+            """``(rows, attention mask, last hidden states)`` of each batch of ``pack``."""
+            inputs = []
+            for rows in pack:
+                width = int(lengths[rows[-1]])  # sorted: the last is the longest
+                batch = np.full((len(rows), width), pad, dtype=np.int64)
+                mask = np.zeros((len(rows), width), dtype=np.int64)
+                for r, row in enumerate(rows):
+                    batch[r, : lengths[row]] = ids[row]
+                    mask[r, : lengths[row]] = 1
+                inputs.append((rows, torch.from_numpy(batch).to(self.device), torch.from_numpy(mask).to(self.device)))
+            if not packed:
+                return [(rows, mask, transformer(input_ids=batch, attention_mask=mask).last_hidden_state)
+                        for rows, batch, mask in inputs]
+            hidden = packed_forward(transformer, [batch for _, batch, _ in inputs])
+            states, at = [], 0
+            for rows, batch, mask in inputs:
+                states.append((rows, mask, hidden[at : at + batch.numel()].view(*batch.shape, -1)))
+                at += batch.numel()
+            return states
+
+        def embed_pack(pack: list[np.ndarray]) -> None:
             if budget is not None:
-                budget.check()  # between batches: a document over its time stops within one batch
-            width = int(lengths[rows[-1]])  # sorted: the last is the longest
-            batch = np.full((len(rows), width), pad, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for r, row in enumerate(rows):
-                batch[r, : lengths[row]] = ids[row]
-                mask[r, : lengths[row]] = 1
+                budget.check()  # between packs: a document over its time stops within one pack
             # inference_mode is per thread: each worker enters its own.
             with torch.inference_mode():
-                input_ids = torch.from_numpy(batch).to(self.device)
-                attention = torch.from_numpy(mask).to(self.device)
-                hidden = transformer(input_ids=input_ids, attention_mask=attention).last_hidden_state
-                if spans is None:
-                    weighted = attention.unsqueeze(-1).to(torch.float32)
-                    pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
-                    if self.normalize:
-                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                    out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
-                    return
-                weights, targets, _ = spans
-                for r, row in enumerate(rows):
-                    span_rows = torch.from_numpy(weights[row]).to(self.device)  # spans x word pieces
-                    tokens = hidden[r, : lengths[row]].to(torch.float32)
-                    pooled = span_rows @ tokens / span_rows.sum(1, keepdim=True).clamp(min=1e-9)
-                    if self.normalize:
-                        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                    out[targets[row]] = pooled.cpu().numpy()
+                for rows, attention, hidden in forward(pack):
+                    if spans is None:
+                        weighted = attention.unsqueeze(-1).to(torch.float32)
+                        pooled = (hidden.to(torch.float32) * weighted).sum(1) / weighted.sum(1).clamp(min=1e-9)
+                        if self.normalize:
+                            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                        out[rows] = pooled.cpu().numpy()  # disjoint rows: workers never write the same ones
+                        continue
+                    weights, targets, _ = spans
+                    for r, row in enumerate(rows):
+                        span_rows = torch.from_numpy(weights[row]).to(self.device)  # spans x word pieces
+                        tokens = hidden[r, : lengths[row]].to(torch.float32)
+                        pooled = span_rows @ tokens / span_rows.sum(1, keepdim=True).clamp(min=1e-9)
+                        if self.normalize:
+                            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                        out[targets[row]] = pooled.cpu().numpy()
 
-        workers = min(self.resolved_workers, len(batches))
+        workers = min(workers, len(packs))
         if workers <= 1 or self.device != "cpu":
-            for rows in batches:
-                embed_batch(rows)
+            for pack in packs:
+                embed_pack(pack)
             self.threads_used = 1  # the calling thread (on torch's own intra-op threads)
             return out
-        most = min(max(self.max_workers or _SHARED_CORES_THREADS_PER_WORKER * workers, workers), len(batches))
-        # Longest first, so the batches left when the queue runs dry are short
+        most = min(max(self.max_workers or _SHARED_CORES_THREADS_PER_WORKER * workers, workers), len(packs))
+        # Longest first, so the packs left when the queue runs dry are short
         # ones and the workers finish together.
         with _one_torch_thread_each():
-            self.threads_used = run_on_shared_cores(embed_batch, batches[::-1], workers, most)
+            self.threads_used = run_on_shared_cores(embed_pack, packs[::-1], workers, most)
         return out
 
 

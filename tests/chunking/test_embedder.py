@@ -348,7 +348,9 @@ class _SteppedClock:
 @pytest.mark.parametrize(("settings", "expected_batches"),
                          [(dict(workers=1), 1), (dict(workers=2), None), (dict(length_sorted=False), 0)])
 def test_a_document_over_its_time_budget_stops_between_model_batches(embedder, monkeypatch, settings, expected_batches):
+    import chunking.embedding as embedding
     import chunking.limits as limits
+    from chunking.packed_forward import packed_forward
 
     clock = _SteppedClock()
     monkeypatch.setattr(limits, "_clock", clock)
@@ -360,7 +362,13 @@ def test_a_document_over_its_time_budget_stops_between_model_batches(embedder, m
         clock.expire()
         return transformer(*args, **kwargs)
 
+    def packed_forward_then_expire(model, groups):  # the same for a pack of batches
+        batches_run.append(1)
+        clock.expire()
+        return packed_forward(transformer, groups)
+
     monkeypatch.setattr(embedder, "_transformer", lambda: forward_then_expire)
+    monkeypatch.setattr(embedding, "packed_forward", packed_forward_then_expire)
     texts = [f"{text} ({i})" for i, text in enumerate(TEXTS)]  # distinct: 8 batches of 8
     with limits.time_budget("slow.txt", "embed_timeout_s", "recursive embedding time", 5):
         if settings.get("length_sorted") is False:

@@ -1,0 +1,127 @@
+"""BERT's forward over several one-length batches at once, bit-for-bit the model's own.
+
+The embedder's sorted path batches texts of one length each, so nothing is padded and a
+text's vector does not depend on its batch. But texts spread over many lengths: the 1,684
+sentences of the semantic bench make 141 such batches with a median of 279 word pieces,
+and the chunks of the embeddings step (one to three per length) smaller ones still. A
+matrix product over a few hundred rows costs more per row than one over 2,048 (~10-60%
+here). Every part of a BERT layer but attention works on each word piece alone, so the
+word pieces of several batches go through it as one matrix (a *pack*), and attention,
+which mixes the word pieces of one text, runs on each batch alone, with the arguments the
+model's own SDPA attention gets.
+
+Exact, and checked rather than assumed: :func:`matches_model_forward` runs a probe through
+both forwards and the embedder packs only when every vector agrees bit for bit (a GEMM whose
+rows depend on the row count, another attention implementation or a model of another shape
+would fail it, and the embedder then runs batch by batch as before). The pooler, which mean
+pooling never reads, is not run.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def packable(model) -> bool:
+    """Whether ``model`` has the layout :func:`packed_forward` reproduces: a Hugging Face
+    ``BertModel`` encoder (absolute positions, SDPA attention, no decoder or cross-attention,
+    no chunked feed-forward)."""
+    try:
+        from transformers import BertModel
+    except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+        return False
+    if not isinstance(model, BertModel):
+        return False
+    config = model.config
+    return (
+        getattr(config, "_attn_implementation", None) == "sdpa"
+        and not config.is_decoder
+        and not getattr(config, "add_cross_attention", False)
+        and getattr(config, "position_embedding_type", "absolute") == "absolute"
+        and not getattr(config, "chunk_size_feed_forward", 0)
+        and not model.training
+    )
+
+
+def packed_forward(model, groups: Sequence) -> "torch.Tensor":  # noqa: F821 - torch is imported lazily
+    """Last hidden states of ``groups`` (int64 tensors of word-piece ids, ``[texts, length]``
+    each, no padding) as one ``[sum of texts * length, hidden]`` tensor, group after group,
+    each text's word pieces in order. The steps are ``BertModel.forward``'s, in its order,
+    so that every rounding is the same."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+
+    embeddings = model.embeddings
+    parts = []
+    for ids in groups:
+        texts, length = ids.shape
+        positions = embeddings.position_ids[:, :length]
+        token_types = embeddings.token_type_ids[:, :length].expand(texts, length)  # zeros, as the model's buffer
+        vectors = embeddings.word_embeddings(ids) + embeddings.token_type_embeddings(token_types)
+        vectors = vectors + embeddings.position_embeddings(positions)
+        parts.append(vectors.reshape(texts * length, -1))
+    hidden = embeddings.LayerNorm(torch.cat(parts) if len(parts) > 1 else parts[0])
+    for layer in model.encoder.layer:
+        attention = layer.attention.self
+        heads, size = attention.num_attention_heads, attention.attention_head_size
+        query, key, value = attention.query(hidden), attention.key(hidden), attention.value(hidden)
+        mixed = torch.empty_like(query)
+        at = 0
+        for ids in groups:
+            texts, length = ids.shape
+            rows = slice(at, at + texts * length)
+            # [texts, heads, length, size] with the strides the model's own view has.
+            q, k, v = (x[rows].view(texts, length, heads, size).transpose(1, 2) for x in (query, key, value))
+            # The model's SDPA call for a batch without padding: no mask, not causal.
+            out = scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, scale=attention.scaling,
+                                               is_causal=False)
+            mixed[rows] = out.transpose(1, 2).reshape(texts * length, -1)
+            at += texts * length
+        attended = layer.attention.output(mixed, hidden)
+        hidden = layer.output(layer.intermediate(attended), attended)
+    return hidden
+
+
+def matches_model_forward(model) -> bool:
+    """Whether :func:`packed_forward` gives exactly the model's own last hidden states, on a
+    probe of two one-length batches of different lengths packed together."""
+    import torch
+
+    if not packable(model):
+        return False
+    vocab = model.config.vocab_size
+    # Word pieces spread over the vocabulary, not random: the probe is the same every time.
+    groups = [
+        (torch.arange(n * length, dtype=torch.int64).reshape(n, length) * 7919 + first) % vocab
+        for n, length, first in ((2, 5, 1000), (3, 9, 2000))
+    ]
+    with torch.inference_mode():
+        packed = packed_forward(model, groups)
+        at = 0
+        for ids in groups:
+            own = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+            if not torch.equal(own.reshape(-1, own.shape[-1]), packed[at : at + ids.numel()]):
+                return False
+            at += ids.numel()
+    return True
+
+
+def pack_batches(batches: Sequence[np.ndarray], lengths: np.ndarray, tokens: int) -> list[list[np.ndarray]]:
+    """Consecutive ``batches`` (arrays of text indices, each of one length in ``lengths``)
+    joined into packs of at most ``tokens`` word pieces; a batch alone over it is a pack of
+    its own."""
+    packs: list[list[np.ndarray]] = []
+    pack: list[np.ndarray] = []
+    held = 0
+    for rows in batches:
+        size = len(rows) * int(lengths[rows[0]])
+        if pack and held + size > tokens:
+            packs.append(pack)
+            pack, held = [], 0
+        pack.append(rows)
+        held += size
+    if pack:
+        packs.append(pack)
+    return packs
