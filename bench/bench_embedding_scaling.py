@@ -79,7 +79,7 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
     document (in document id order, as bench_scale registers them), strategy name -> its chunk
     texts, for every strategy instance of the settings (CHUNKYARD_CONFIG, else chunkyard.toml)
     but ``semantic`` (its chunking needs the model) and those embedded with context (their
-    embedded text is not the chunk's)."""
+    embedded text is not the chunk's). A document that does not parse is left out."""
     from chunking import default_tokenizer
     from chunking.parsers import parse_document
     from orchestration.settings import load_settings
@@ -88,10 +88,15 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
     make_corpus(corpus, multiple, work)
     settings = load_settings(os.environ.get("CHUNKYARD_CONFIG") or ROOT / "chunkyard.toml")
     instances = [i for i in settings.strategy_instances() if i.spec.name != "semantic" and not i.embed_context]
+    from chunking.errors import DocumentError
+
     tokenizer = default_tokenizer()
     documents = []
     for doc_id, source in sorted(scan_folder(work).items()):
-        document = parse_document(source.path, doc_id)
+        try:
+            document = parse_document(source.path, doc_id)
+        except DocumentError:  # a hostile file (../shared/corpus/hostile): the pipeline skips it too
+            continue
         documents.append({instance.name: [chunk.text for chunk in instance.spec.chunk(
             document, instance.config, tokenizer, None)] for instance in instances})
     return documents

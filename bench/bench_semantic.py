@@ -27,7 +27,9 @@ the default with it. Last: the default cap (200 tokens) against the seed's
 breakpoints, with the count of chunks that are exactly one sentence (the
 embeddings step reuses their vectors instead of computing them again).
 
-``--busy N`` runs the timed rounds beside N busy loops (other processes spinning on the
+A row for the default with ``packed=False`` (each one-length batch through the model on its
+own, as before session 26) shows what packing batches into one forward brings, on the same
+load. ``--busy N`` runs the timed rounds beside N busy loops (other processes spinning on the
 cores): a shared machine, reproducibly. It adds the default without the extra worker threads
 the embedder starts when it finds the cores shared (``max_workers`` = its workers), so the
 table shows what they bring.
@@ -359,6 +361,8 @@ def main() -> None:
 
     # name -> (precision, max_workers); None: the embedder's default (three times its workers).
     variants = {f"default ({default_precision})": (default_precision, None), "int8": ("int8", None)}
+    # The same default with each one-length batch through the model on its own (no packs).
+    variants["default, batch by batch (packed=False)"] = (default_precision, None)
     if args.busy:
         # The same default without the extra threads it starts on shared cores (run_on_shared_cores).
         workers = embedder.resolved_workers
@@ -383,15 +387,16 @@ def main() -> None:
             names = list(variants) if round_ % 2 == 0 else list(variants)[::-1]
             for name in names:
                 embedder.precision, embedder.max_workers = variants[name]
+                embedder.packed = "packed=False" not in name
                 wall, cpu, found, spans, vectors = timed_split(text, tokenizer, embedder)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
                 threads[name].append(embedder.threads_used)
                 breaks.setdefault(name, found)
-                if variants[name] == (default_precision, None) and default_run is None:
+                if name == next(iter(variants)) and default_run is None:
                     default_run = (found, spans, vectors)
             print(f"  round {round_ + 1}/{args.repeat} done; {load()}", flush=True)
-    embedder.precision, embedder.max_workers = default_precision, None
+    embedder.precision, embedder.max_workers, embedder.packed = default_precision, None, True
     default_name = next(iter(variants))
     reference_name = next(name for name, (precision, _) in variants.items() if precision == "float32")
     reference = breaks[reference_name]
