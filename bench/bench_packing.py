@@ -1,4 +1,4 @@
-"""The embeddings step's model work with and without packs of batches (``packed``), in one process.
+"""The embeddings step's embed calls with and without packs of batches (``packed``), in one process.
 
 Run (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; ~3 min on a quiet 2-core machine, 4.5 with --repeat 5; the whole
 ``../shared/corpus``, 41 documents, takes ~5 min a pass)::
@@ -11,8 +11,12 @@ enabled strategy of chunkyard.toml but ``semantic``, in the calls those steps ma
 the store's embedding cache allows. Chunks spread over many lengths with one to three texts
 of each, so the embedder's one-length batches are small; ``packed=True`` (the default) runs
 consecutive ones through one forward (``chunking.packed_forward``). The two variants run
-interleaved, ``--repeat`` rounds, with the embedder's defaults otherwise (precision ``auto``,
-a worker per core); printed: wall and CPU seconds (min / median / max), and whether the
+interleaved, ``--repeat`` rounds, each after an untimed pass over the first calls, with the
+embedder's defaults otherwise (``--precision``, default ``auto``; a worker per core) but no
+extra threads (``max_workers`` = workers: the two variants give ``run_on_shared_cores``
+different numbers of items, so on a loaded machine its extra threads would start differently
+and blur the comparison). Timed: the whole ``embed`` calls, tokenizing and the Python around
+each forward included. Printed: wall and CPU seconds (min / median / max), and whether the
 vectors are the same bit for bit (else the largest difference).
 """
 
@@ -64,14 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=ROOT / ".." / "shared" / "corpus" / "md")
     parser.add_argument("--multiple", type=int, default=1, help="distinct copies of the corpus")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the two variants")
+    parser.add_argument("--precision", default="auto", choices=SentenceTransformerEmbedder.PRECISIONS)
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as work:
         documents = chunk_texts(args.corpus.resolve(), args.multiple, Path(work))
     groups = calls(documents, "step", PER_RUN)
     texts = len({text for group in groups for text in group})
-    embedder = SentenceTransformerEmbedder()
-    embedder.embed(["warm up the model and its kernels"] * 4)
+    embedder = SentenceTransformerEmbedder(precision=args.precision)
+    embedder.max_workers = embedder.resolved_workers
+    for name in VARIANTS:  # warm up each on the workload's first calls, untimed
+        embedder.packed = VARIANTS[name]
+        embed_calls(embedder, groups[:3])
     shapes = embedder.batch_shapes([text for group in groups for text in group])
     print(cpu_summary())
     print(f"workload: {len(documents)} documents of {args.corpus.resolve()} (x{args.multiple}), {len(groups)} embed "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +14,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from chunking.limits import DocumentLimits, check_time_budget, current_time_budget
-from chunking.packed_forward import matches_model_forward, pack_batches, packed_forward
+from chunking.packed_forward import exact_pack_rows, pack_batches, packed_forward
 
 T = TypeVar("T")
 
@@ -115,9 +116,11 @@ class SentenceTransformerEmbedder:
       run through one forward as a *pack* of up to ``batch_tokens`` word pieces, one pack
       per worker at least; every layer's matrix products take all their word pieces at once,
       attention each batch alone (``chunking.packed_forward``). The same vectors, bit for bit
-      (a probe at load checks that the model's own forward agrees, else batches run one by
-      one), for 2-9% less CPU (README, "Semantic speed"). Only on one torch thread per forward
-      (the workers' path): a matrix of few rows split over torch's threads can round otherwise.
+      (a probe at load checks that the model's own forward agrees, and batches too small for
+      that, in float32 under 4 word pieces here, stay out of packs), for 7-10% less CPU (README,
+      "Semantic speed"). Only on the CPU, on one torch thread per forward (the workers' path):
+      a matrix of few rows split over torch's threads can round otherwise; and only with a
+      ``batch_tokens`` budget, which bounds a pack.
     * ``num_threads`` sets torch's intra-op threads (process-wide: torch has one pool).
     * For the common layout (transformer, mean pooling, optional normalisation)
       ``embed`` tokenizes once, sorts texts by token length and batches texts of
@@ -228,11 +231,11 @@ class SentenceTransformerEmbedder:
         self.max_seq_length = int(self._model.max_seq_length)
         self._mean_pooled = _plain_mean_pooling(self._model)
         self._transformers: dict[str, object] = {}
-        self._packed: dict[str, bool] = {}  # per precision: packs run through packed_forward
+        self._packed: dict[str, int | None] = {}  # per precision: exact_pack_rows (None: no packs)
         if self.precision == "int8" and self._mean_pooled is None:
             raise ValueError(f"precision 'int8' needs a transformer -> mean pooling model; {model!r} is not one")
         if self._mean_pooled is not None:
-            self._packs_exactly()  # cast or quantize, and probe, once now rather than inside the first embed()
+            self._exact_pack_rows()  # cast or quantize, and probe, once now rather than inside the first embed()
 
     @property
     def resolved_workers(self) -> int:
@@ -275,8 +278,6 @@ class SentenceTransformerEmbedder:
         return np.concatenate(parts)
 
     def _autocast(self):
-        import contextlib
-
         import torch
 
         if self.precision == "bfloat16":
@@ -299,16 +300,18 @@ class SentenceTransformerEmbedder:
                 self._transformers["int8"] = _int8_linears(self._mean_pooled)
         return self._transformers[self.precision]
 
-    def _packs_exactly(self) -> bool:
-        """Whether the sorted path may run packs of batches through ``packed_forward``: for
-        float32 and bfloat16 (int8 scales each matrix product's rows together, so its vectors
-        would change), where a probe on one torch thread gives the model's own vectors bit for
-        bit (checked once per precision; see ``chunking.packed_forward``)."""
+    def _exact_pack_rows(self) -> int | None:
+        """The fewest word pieces of a batch the sorted path puts in a pack with others
+        (``None``: no packs): float32 and bfloat16 on the CPU (int8 scales each matrix
+        product's rows together, so its vectors would change), from a probe on one torch
+        thread, as the packs run (``chunking.packed_forward.exact_pack_rows``; once per precision)."""
         if self.precision not in self._packed:
             transformer = self._transformer()
-            with _one_torch_thread_each():  # as the packs run
-                exact = self.precision != "int8" and matches_model_forward(transformer)
-            self._packed[self.precision] = exact
+            smallest = None
+            if self.precision != "int8" and self.device == "cpu":
+                with _one_torch_thread_each():
+                    smallest = exact_pack_rows(transformer)
+            self._packed[self.precision] = smallest
         return self._packed[self.precision]
 
     def _tokenize(self, texts: list[str], **options: bool):
@@ -394,7 +397,7 @@ class SentenceTransformerEmbedder:
         ``spans = None`` one vector per text over the attention mask (every word piece the model
         read: the model's own pooling); with ``spans = (weights, targets, n)``, ``n`` vectors,
         text ``i`` giving output rows ``targets[i]``, each pooled with its row of ``weights[i]``
-        (one weight per word piece). Where the model packs exactly (``_packs_exactly``),
+        (one weight per word piece). Where the model packs exactly (``_exact_pack_rows``),
         consecutive batches go through it together, up to ``batch_tokens`` word pieces and at
         least one pack per worker (``chunking.packed_forward``): the same vectors, fewer and
         larger matrix products."""
@@ -403,12 +406,14 @@ class SentenceTransformerEmbedder:
         transformer = self._transformer()
         workers = min(self.resolved_workers, len(batches))
         packs = unpacked = [[rows] for rows in batches]
-        if self.packed and self.device == "cpu" and self.batch_tokens is not None and self._packs_exactly():
+        smallest = self._exact_pack_rows() if self.packed and self.batch_tokens is not None else None
+        if smallest is not None:
             # No pack over the token budget, and at least one per worker where the batches allow.
             share = -(-int(lengths.sum()) // workers)
-            candidate = pack_batches(batches, lengths, min(self.batch_tokens, share))
-            # Exact on one torch thread per forward, as the probe ran (a matrix product of few
-            # rows split over torch's threads can round otherwise): the workers' path, or one thread.
+            candidate = pack_batches(batches, lengths, min(self.batch_tokens, share), smallest)
+            # Packs run on one torch thread per forward, as the probe ran (a matrix product of
+            # few rows split over torch's threads can round otherwise): the workers' path, or
+            # one thread already (then kept at one below).
             if min(workers, len(candidate)) > 1 or torch.get_num_threads() == 1:
                 packs = candidate
         packed = packs is not unpacked
@@ -462,8 +467,10 @@ class SentenceTransformerEmbedder:
 
         workers = min(workers, len(packs))
         if workers <= 1 or self.device != "cpu":
-            for pack in packs:
-                embed_pack(pack)
+            # Packs on one thread whatever another embed does meanwhile with torch's thread count.
+            with _one_torch_thread_each() if packed else contextlib.nullcontext():
+                for pack in packs:
+                    embed_pack(pack)
             self.threads_used = 1  # the calling thread (on torch's own intra-op threads)
             return out
         most = min(max(self.max_workers or _SHARED_CORES_THREADS_PER_WORKER * workers, workers), len(packs))
@@ -491,7 +498,7 @@ def span_weights(offsets: Sequence[tuple[int, int]], special: Sequence[int], sta
     return weights
 
 
-_THREAD_SETTING = threading.Lock()
+_THREAD_SETTING = threading.RLock()  # re-entrant: a probe inside a worker section would not hang
 # The model's own encode loop is fed this many batches at a time between time-budget checks.
 _BATCHES_PER_BUDGET_CHECK = 8
 _COUNTING = threading.Lock()

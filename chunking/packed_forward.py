@@ -10,10 +10,11 @@ word pieces of several batches go through it as one matrix (a *pack*), and atten
 which mixes the word pieces of one text, runs on each batch alone, with the arguments the
 model's own SDPA attention gets.
 
-Exact, and checked rather than assumed: :func:`matches_model_forward` runs a probe through
-both forwards and the embedder packs only when every vector agrees bit for bit (a GEMM whose
-rows depend on the row count, another attention implementation or a model of another shape
-would fail it, and the embedder then runs batch by batch as before). The pooler, which mean
+Exact, and checked rather than assumed: :func:`exact_pack_rows` runs a probe through both
+forwards and the embedder packs only batches whose vectors agree bit for bit (a matrix
+product of very few rows can take another kernel: in float32 here, batches under 4 word
+pieces, which then stay out of packs; another attention implementation or a model of another
+shape fails it, and the embedder then runs batch by batch as before). The pooler, which mean
 pooling never reads, is not run.
 """
 
@@ -84,39 +85,67 @@ def packed_forward(model, groups: Sequence) -> "torch.Tensor":  # noqa: F821 - t
     return hidden
 
 
-def matches_model_forward(model) -> bool:
-    """Whether :func:`packed_forward` gives exactly the model's own last hidden states, on a
-    probe of two one-length batches of different lengths packed together."""
+# The probe: one text of each length up to _PROBE_SMALLEST word pieces (a matrix product of
+# so few rows may take another kernel, whose rounding differs: float32 here, below 4 rows),
+# then batches of several texts (a pack of ~700 word pieces: a third of the budget, for a
+# probe that costs little at load).
+_PROBE_SMALLEST = 16
+_PROBE_BATCHES = ((2, 5), (3, 9), (4, 128))
+
+
+def exact_pack_rows(model) -> int | None:
+    """The fewest word pieces a batch must have for :func:`packed_forward` to give it exactly
+    the model's own last hidden states inside a pack (``None``: never, or not a BERT).
+
+    Found by a probe: a pack of one text of each length from 1 to 16 word pieces and of larger
+    batches (~700 word pieces in all) through both forwards (~0.6 s of CPU in float32 here). Batches of fewer word pieces
+    than the answer stay out of packs (each is a pack of its own: the model's own shapes); a
+    mismatch of a larger batch means packing is never exact here.
+    """
     import torch
 
     if not packable(model):
-        return False
+        return None
     vocab = model.config.vocab_size
+    shapes = [(1, length) for length in range(1, _PROBE_SMALLEST + 1)] + list(_PROBE_BATCHES)
     # Word pieces spread over the vocabulary, not random: the probe is the same every time.
     groups = [
-        (torch.arange(n * length, dtype=torch.int64).reshape(n, length) * 7919 + first) % vocab
-        for n, length, first in ((2, 5, 1000), (3, 9, 2000))
+        (torch.arange(n * length, dtype=torch.int64).reshape(n, length) * 7919 + 1000 * (k + 1)) % vocab
+        for k, (n, length) in enumerate(shapes)
     ]
+    inexact = []
     with torch.inference_mode():
         packed = packed_forward(model, groups)
         at = 0
         for ids in groups:
             own = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
             if not torch.equal(own.reshape(-1, own.shape[-1]), packed[at : at + ids.numel()]):
-                return False
+                inexact.append(ids.numel())
             at += ids.numel()
-    return True
+    if not inexact:
+        return 1
+    if max(inexact) >= _PROBE_SMALLEST:
+        return None
+    return max(inexact) + 1
 
 
-def pack_batches(batches: Sequence[np.ndarray], lengths: np.ndarray, tokens: int) -> list[list[np.ndarray]]:
+def pack_batches(
+    batches: Sequence[np.ndarray], lengths: np.ndarray, tokens: int, smallest: int = 1
+) -> list[list[np.ndarray]]:
     """Consecutive ``batches`` (arrays of text indices, each of one length in ``lengths``)
-    joined into packs of at most ``tokens`` word pieces; a batch alone over it is a pack of
-    its own."""
+    joined into packs of at most ``tokens`` word pieces; a batch alone over it, or of fewer
+    than ``smallest`` word pieces (:func:`exact_pack_rows`), is a pack of its own."""
     packs: list[list[np.ndarray]] = []
     pack: list[np.ndarray] = []
     held = 0
     for rows in batches:
         size = len(rows) * int(lengths[rows[0]])
+        if size < smallest:
+            if pack:
+                packs.append(pack)
+                pack, held = [], 0
+            packs.append([rows])
+            continue
         if pack and held + size > tokens:
             packs.append(pack)
             pack, held = [], 0
