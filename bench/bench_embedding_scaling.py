@@ -81,6 +81,7 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
     but ``semantic`` (its chunking needs the model) and those embedded with context (their
     embedded text is not the chunk's). A document that does not parse is left out."""
     from chunking import default_tokenizer
+    from chunking.errors import DocumentError
     from chunking.parsers import parse_document
     from orchestration.settings import load_settings
     from resources.documents import scan_folder
@@ -88,8 +89,6 @@ def chunk_texts(corpus: Path, multiple: int, work: Path) -> list[dict[str, list[
     make_corpus(corpus, multiple, work)
     settings = load_settings(os.environ.get("CHUNKYARD_CONFIG") or ROOT / "chunkyard.toml")
     instances = [i for i in settings.strategy_instances() if i.spec.name != "semantic" and not i.embed_context]
-    from chunking.errors import DocumentError
-
     tokenizer = default_tokenizer()
     documents = []
     for doc_id, source in sorted(scan_folder(work).items()):

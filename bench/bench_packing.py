@@ -40,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 from bench_embedding_scaling import PER_RUN, calls, chunk_texts  # noqa: E402
-from bench_semantic import cpu_summary, load  # noqa: E402
+from bench_semantic import cpu_summary, load, spread  # noqa: E402
 from chunking.embedding import SentenceTransformerEmbedder  # noqa: E402
 
 VARIANTS = {"packed (default)": True, "batch by batch (packed=False)": False}
@@ -57,10 +57,6 @@ def embed_calls(embedder: SentenceTransformerEmbedder, groups: list[list[str]]) 
             parts.append(embedder.embed(fresh))
             embedded.update(dict.fromkeys(fresh))
     return time.perf_counter() - wall, time.process_time() - cpu, np.concatenate(parts)
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} | {statistics.median(values):.2f} | {max(values):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:

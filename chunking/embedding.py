@@ -117,7 +117,7 @@ class SentenceTransformerEmbedder:
       per worker at least; every layer's matrix products take all their word pieces at once,
       attention each batch alone (``chunking.packed_forward``). The same vectors, bit for bit
       (a probe at load checks that the model's own forward agrees, and batches too small for
-      that, in float32 under 4 word pieces here, stay out of packs), for 7-10% less CPU (README,
+      that, in float32 under 4 word pieces here, stay out of packs), for 6-12% less CPU (README,
       "Semantic speed"). Only on the CPU, on one torch thread per forward (the workers' path):
       a matrix of few rows split over torch's threads can round otherwise; and only with a
       ``batch_tokens`` budget, which bounds a pack.
