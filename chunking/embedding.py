@@ -235,7 +235,9 @@ class SentenceTransformerEmbedder:
         if self.precision == "int8" and self._mean_pooled is None:
             raise ValueError(f"precision 'int8' needs a transformer -> mean pooling model; {model!r} is not one")
         if self._mean_pooled is not None:
-            self._exact_pack_rows()  # cast or quantize, and probe, once now rather than inside the first embed()
+            self._transformer()  # cast or quantize once now rather than inside the first embed()
+            if self.packed and self.batch_tokens is not None:
+                self._exact_pack_rows()  # the probe too, where packs may run
 
     @property
     def resolved_workers(self) -> int:
