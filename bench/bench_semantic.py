@@ -50,7 +50,8 @@ bfloat16; run 1.43x above its floor. Session 25, the same CPU, slower that day: 
 (float32 9.33 s); ``--busy 2`` 8.14 s with 6 threads taking batches, 9.82 s without the extra
 ones (2), the same 95 breakpoints. Session 26, packs of batches (``packed``): 5.02 s (CPU 9.74)
 against 5.31 s (CPU 10.34) batch by batch in the same run, the same 95 breakpoints (float32
-8.87 s). Figures on the earlier AVX2 host (AMD EPYC Zen 3,
+8.87 s). Session 27, the same code on a quieter host: 4.31 s median of 5 (CPU
+8.41; float32 7.92 s), and 6.22 s with ``--busy 2``, the same 95 breakpoints. Figures on the earlier AVX2 host (AMD EPYC Zen 3,
 2 cores, AVX2 + FMA, no AVX-512, VNNI, BF16 or AMX; the README's "Semantic speed" has
 the tables of both), with the padded batches of then: 57,951 padded word
 pieces, 1.27 TFLOP; GEMM 86.6 GFLOP/s per core in float32, 142.3 in int8; floor
