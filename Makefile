@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chunkyard-installed
 DOCS ?= examples/docs
 PORT ?= 3000
-export DAGSTER_HOME := $(CURDIR)/.dagster
+# Set it to give a second database its own Dagster instance (README, "One folder per database").
+DAGSTER_HOME ?= .dagster
+export DAGSTER_HOME := $(abspath $(DAGSTER_HOME))
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 

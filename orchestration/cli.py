@@ -201,6 +201,8 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
+    from orchestration.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
+    from resources.store import SourceRootConflict
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
@@ -210,9 +212,13 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     batch_size = run_batch_size(args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
+    home, outputs = Path(os.environ["DAGSTER_HOME"]), side_output_dirs(store_resource.path, store_resource.sidecar_path())
+    if conflict := ownership_conflict(home, store_resource.path, outputs):
+        raise SourceRootConflict(conflict)  # before the database is created or opened
     store = store_resource.store()
     store.initialize()
     store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
+    claim_instance_and_outputs(home, store_resource.path, outputs)
     store.forget_strategy_failures(list(definitions.project.config_hashes))
     instance = DagsterInstance.get()
 

@@ -1243,7 +1243,15 @@ def _conflict_message(db_path: Path | str, source_root: str, claimed: str | None
         return None
     return (f"{db_path} holds the documents of {', '.join(others)}; it will not take {source_root} too "
             f"(a document is its path inside one folder, so same-named files would overwrite each other). "
-            f"Give this folder its own database, e.g. CHUNKYARD_DB=data/other.duckdb make run DOCS={source_root}")
+            f"Give this folder its own database, in a folder of its own, and its own Dagster instance, e.g. "
+            f"CHUNKYARD_DB=data/{_folder_name(source_root)}/chunkyard.duckdb "
+            f"DAGSTER_HOME=.dagster-{_folder_name(source_root)} make run DOCS={source_root}")
+
+
+def _folder_name(source_root: str) -> str:
+    """A name for the folder's own database and instance, from its last path component."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(source_root).name).strip(".-")
+    return name or "other"
 
 
 def _claim_source_root(con: duckdb.DuckDBPyConnection, db_path: Path | str, source_root: str) -> None:

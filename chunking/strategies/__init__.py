@@ -126,6 +126,21 @@ class TokenBudgetConfig(BaseModel):
     chunk_token_size: int
     chunk_overlap_token_size: int
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_overlap_below_a_small_size(cls, values: Any) -> Any:
+        """An overlap left at its default, with a size it would not fit under, scales down with
+        that size (``100 * 50 // 1200 = 4`` for ``recursive``): only an overlap set by the caller
+        is refused as too large. Floor, because the defaults' overlap is below their size and
+        the scaled one must stay below the given size. Sizes the default fits under keep it."""
+        if not isinstance(values, dict) or "chunk_overlap_token_size" in values:
+            return values
+        size = values.get("chunk_token_size")
+        overlap, default_size = (cls.model_fields[name].default for name in ("chunk_overlap_token_size", "chunk_token_size"))
+        if type(size) is int and 0 < size <= overlap:
+            return {**values, "chunk_overlap_token_size": overlap * size // default_size}
+        return values
+
     @model_validator(mode="after")
     def _overlap_below_size(self) -> "TokenBudgetConfig":
         if self.chunk_overlap_token_size >= self.chunk_token_size:

@@ -58,6 +58,21 @@ def test_sentence_window_default_overlap_scales_with_the_users_chunk_size():
         get_strategy("sentence_window").parse_config({"chunk_size": 15, "overlap": 20})
 
 
+@pytest.mark.parametrize("strategy, default_size", [("recursive", 1200), ("paragraph", 2000), ("token", 1200)])
+def test_a_default_overlap_scales_down_under_a_small_size_and_only_a_set_one_is_refused(strategy, default_size):
+    """README, "Using the library": a size at or under the default overlap (100) used to fail on
+    an overlap the caller never set (found by a README audit, session 27)."""
+    spec = get_strategy(strategy)
+    assert spec.parse_config({"chunk_token_size": 100}).chunk_overlap_token_size == 100 * 100 // default_size
+    assert spec.parse_config({"chunk_token_size": 1}).chunk_overlap_token_size == 0
+    assert spec.parse_config({"chunk_token_size": 101}).chunk_overlap_token_size == 100  # the default fits: kept
+    assert spec.parse_config({}).chunk_overlap_token_size == 100
+    chunks = chunk_text("word " * 2000, strategy, tokenizer=CharTokenizer(), chunk_token_size=60)
+    assert chunks and max(c.token_count for c in chunks) <= 60
+    with pytest.raises(ValueError, match=r"chunk_overlap_token_size \(100\) must be smaller than chunk_token_size \(100\)"):
+        spec.parse_config({"chunk_token_size": 100, "chunk_overlap_token_size": 100})
+
+
 def test_semantic_without_embedder_is_an_error_naming_how_to_pass_one():
     with pytest.raises(MissingEmbedderError, match=r"embedder=.*allow_recursive_fallback=True"):
         chunk_text(PROSE, strategy="semantic", tokenizer=CHAR, chunk_token_size=200)

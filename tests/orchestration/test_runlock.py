@@ -85,10 +85,64 @@ def test_a_cli_run_on_a_second_folder_stops_before_writing(tmp_path, docs_dir):
     assert second.returncode == 3, second.stdout + second.stderr
     [line] = second.stderr.strip().splitlines()
     assert line.startswith(f"chunkyard run: {db} holds the documents of {first_root}; it will not take {docs_dir}")
-    assert f"CHUNKYARD_DB=data/other.duckdb make run DOCS={docs_dir}" in line
+    name = docs_dir.name
+    assert f"CHUNKYARD_DB=data/{name}/chunkyard.duckdb DAGSTER_HOME=.dagster-{name} make run DOCS={docs_dir}" in line
     with store.connect(read_only=True) as con:
         assert con.execute("SELECT doc_id, source_root, sha256 FROM documents").fetchall() == [
             ("alpha.md", str(first_root), "sha-first")]
+
+
+def test_a_second_database_on_the_same_instance_stops_before_writing(tmp_path, docs_dir):
+    """Two databases on one Dagster instance would share document partitions: each folder's run
+    deleted the other's partitions and ran its documents (found by a README audit, session 27).
+    The second database's run stops before its database is created, naming DAGSTER_HOME."""
+    import shutil
+
+    home, data = tmp_path / "home", tmp_path / "data"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml")}
+    first = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir)],
+                           cwd=REPO_ROOT, env={**env, "CHUNKYARD_DB": str(data / "chunkyard.duckdb")},
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    other_docs = tmp_path / "two"
+    shutil.copytree(docs_dir, other_docs)
+    other_db = tmp_path / "elsewhere" / "other.duckdb"  # its own folder: only the instance is shared
+    second = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(other_docs)],
+                            cwd=REPO_ROOT, env={**env, "CHUNKYARD_DB": str(other_db)},
+                            capture_output=True, text=True, timeout=600)
+    assert second.returncode == 3, second.stdout + second.stderr
+    [line] = second.stderr.strip().splitlines()
+    assert line.startswith(f"chunkyard run: the Dagster instance {home} (DAGSTER_HOME) keeps the runs and document "
+                           f"partitions of {data / 'chunkyard.duckdb'}; it will not take {other_db} too")
+    assert f"DAGSTER_HOME={tmp_path / '.dagster-other'}" in line
+    assert not other_db.exists()
+
+
+def test_instance_and_output_folders_are_claimed_by_one_database(tmp_path):
+    from orchestration.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
+    from resources.store import SourceRootConflict
+
+    home, data = tmp_path / "home", tmp_path / "data"
+    first, second = data / "chunkyard.duckdb", data / "other.duckdb"
+    outputs = side_output_dirs(first, data / "parsed")
+    assert outputs == [data.resolve()]  # the default sidecar folder is inside the database's own
+    assert side_output_dirs(first, tmp_path / "sidecars") == [data.resolve(), (tmp_path / "sidecars").resolve()]
+    claim_instance_and_outputs(home, first, outputs)
+    first.parent.mkdir(parents=True, exist_ok=True)
+    first.write_bytes(b"")  # the owner exists
+    claim_instance_and_outputs(home, first, outputs)  # its own claim again: fine
+    # Another database in the same folder, on its own instance: the side outputs refuse it.
+    message = ownership_conflict(tmp_path / "home2", second, side_output_dirs(second, data / "parsed"))
+    assert message.startswith(f"{data.resolve()} holds the side outputs (sidecars, viewer pages, statistics) of "
+                              f"{first.resolve()}; it will not take {second.resolve()}'s too")
+    assert f"CHUNKYARD_DB={data.resolve() / 'other' / 'other.duckdb'}" in message
+    with pytest.raises(SourceRootConflict, match="DAGSTER_HOME"):
+        claim_instance_and_outputs(home, tmp_path / "own" / "other.duckdb", [tmp_path / "own"])
+    assert not (tmp_path / "own").exists(), "a refused claim writes no marker"
+    # Once the owner is deleted, its claims are taken over.
+    first.unlink()
+    claim_instance_and_outputs(home, second, side_output_dirs(second, data / "parsed"))
+    assert ownership_conflict(home, second, [data]) is None
 
 
 # -- runs the UI's sensors started before the CLI took the lock own their documents ---------

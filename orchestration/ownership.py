@@ -1,0 +1,80 @@
+"""One database per Dagster instance and per folder of side outputs.
+
+A database claims its documents folder (``ChunkStore.claim_source_root``). Two more
+things are shared by path, not by database: the Dagster instance (``$DAGSTER_HOME``),
+whose document partitions are the documents' ids, and the folder beside the database
+(``parsed/`` sidecars, ``viewer/``, ``stats/``), whose files are named by those ids. Two
+databases on one instance delete and run each other's partitions (a run of one folder
+fails on the other's document, "no longer exists"); two in one folder delete each
+other's sidecars when a same-named document goes. So each is claimed by the first
+database that runs there, in a marker file holding that database's resolved path, and a
+run of another database stops before writing anything, naming what to set instead.
+
+A claim whose database file is gone is taken over: its owner was deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from resources.store import SourceRootConflict
+
+INSTANCE_MARKER = "chunkyard-database"
+OUTPUTS_MARKER = ".chunkyard-database"
+
+
+def ownership_conflict(dagster_home: Path, db_path: Path | str, output_dirs: list[Path]) -> str | None:
+    """Why ``db_path`` may not run on ``dagster_home`` or write into ``output_dirs``; None when it may."""
+    database = Path(db_path).resolve()
+    name = database.stem
+    owner = _owner(dagster_home / INSTANCE_MARKER)
+    if owner is not None and owner != database and owner.exists():
+        return (f"the Dagster instance {dagster_home} (DAGSTER_HOME) keeps the runs and document partitions of "
+                f"{owner}; it will not take {database} too (same-named documents would share a partition, and "
+                f"each folder's run would delete or process the other's). Give this database its own instance, "
+                f"e.g. DAGSTER_HOME={dagster_home.parent / f'.dagster-{name}'}")
+    for folder in dict.fromkeys(output_dirs):
+        owner = _owner(folder / OUTPUTS_MARKER)
+        if owner is not None and owner != database and owner.exists():
+            return (f"{folder} holds the side outputs (sidecars, viewer pages, statistics) of {owner}; it will not "
+                    f"take {database}'s too (same-named documents would overwrite or delete each other's files). "
+                    f"Give this database a folder of its own, e.g. CHUNKYARD_DB={database.parent / name / database.name}")
+    return None
+
+
+def claim_instance_and_outputs(dagster_home: Path, db_path: Path | str, output_dirs: list[Path]) -> None:
+    """Claim ``dagster_home`` and each of ``output_dirs`` for ``db_path``: ``SourceRootConflict`` when
+    another database holds one (:func:`ownership_conflict`), else its marker names this one."""
+    conflict = ownership_conflict(dagster_home, db_path, output_dirs)
+    if conflict:
+        raise SourceRootConflict(conflict)
+    database = Path(db_path).resolve()
+    _write_owner(dagster_home / INSTANCE_MARKER, database)
+    for folder in dict.fromkeys(output_dirs):
+        _write_owner(folder / OUTPUTS_MARKER, database)
+
+
+def side_output_dirs(db_path: Path | str, sidecar_dir: Path | str) -> list[Path]:
+    """The folders a run writes files named by document id into: the database's own folder
+    (``viewer/``, ``stats/`` and, by default, ``parsed/`` are inside it), and the sidecars'
+    folder when it is configured elsewhere."""
+    home, sidecars = Path(db_path).resolve().parent, Path(sidecar_dir).resolve()
+    return [home] if sidecars.is_relative_to(home) else [home, sidecars]
+
+
+def _owner(marker: Path) -> Path | None:
+    try:
+        text = marker.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return Path(text) if text else None
+
+
+def _write_owner(marker: Path, database: Path) -> None:
+    if _owner(marker) == database:
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    temporary = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    temporary.write_text(f"{database}\n", encoding="utf-8")
+    temporary.replace(marker)  # whole or not at all
