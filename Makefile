@@ -5,9 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chunkyard-installed
 DOCS ?= examples/docs
 PORT ?= 3000
-# Set it to give a second database its own Dagster instance (README, "One folder per database").
+# Set it (environment or `make run DAGSTER_HOME=...`) to give a second database its own Dagster
+# instance (README, "One folder per database"); made absolute, as Dagster requires.
 DAGSTER_HOME ?= .dagster
-export DAGSTER_HOME := $(abspath $(DAGSTER_HOME))
+override export DAGSTER_HOME := $(abspath $(DAGSTER_HOME))
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
@@ -24,9 +25,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: dagster-instance.yaml
+# Copied once, when the instance has none: an instance's own dagster.yaml (a lake instance's,
+# README "Store modes") is never overwritten.
+$(DAGSTER_HOME)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME)
-	cp dagster-instance.yaml $@
+	test -f $@ || cp dagster-instance.yaml $@
 
 run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m orchestration.cli run --docs $(DOCS)

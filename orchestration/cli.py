@@ -200,25 +200,29 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from assets.costs import INGEST_TAG
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
-    from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
-    from resources.store import SourceRootConflict
+    from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
     from resources.documents import current_fingerprint
+    from resources.store import SourceRootConflict
 
     started = time.monotonic()
     batch_size = run_batch_size(args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
+    # One database per instance and per folder of side outputs (orchestration.ownership); lake
+    # mode has no database file to tell owners apart by, so it is not checked.
+    claims = store_resource.mode == "duckdb"
     home, outputs = Path(os.environ["DAGSTER_HOME"]), side_output_dirs(store_resource.path, store_resource.sidecar_path())
-    if conflict := ownership_conflict(home, store_resource.path, outputs):
+    if claims and (conflict := ownership_conflict(home, store_resource.path, outputs)):
         raise SourceRootConflict(conflict)  # before the database is created or opened
     store = store_resource.store()
     store.initialize()
     store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
-    claim_instance_and_outputs(home, store_resource.path, outputs)
+    if claims:
+        claim_instance_and_outputs(home, store_resource.path, outputs)
     store.forget_strategy_failures(list(definitions.project.config_hashes))
     instance = DagsterInstance.get()
 
@@ -537,8 +541,9 @@ EXIT_CODES = """exit codes: 0 = every document processed in this run is fine (an
 is a no-op and exits 0); 1 = at least one document failed in this run (read,
 parse or an ERROR check; one line each above the summary); 2 = a run failed for
 another reason (a bug, a blocking check stopping a batch) or the command failed;
-3 = nothing was started: another chunkyard run holds this Dagster instance, or the
-database belongs to another documents folder (the message says which); 130 = stopped
+3 = nothing was started: another chunkyard run holds this Dagster instance, the
+database belongs to another documents folder, or the instance or the database's folder
+is another database's (the message says which); 130 = stopped
 by SIGINT (Ctrl-C) or SIGTERM: no further run is started, and what a stopped step had
 not finished is not stored."""
 

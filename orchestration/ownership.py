@@ -7,10 +7,13 @@ whose document partitions are the documents' ids, and the folder beside the data
 databases on one instance delete and run each other's partitions (a run of one folder
 fails on the other's document, "no longer exists"); two in one folder delete each
 other's sidecars when a same-named document goes. So each is claimed by the first
-database that runs there, in a marker file holding that database's resolved path, and a
-run of another database stops before writing anything, naming what to set instead.
+database a CLI run writes, in a marker file holding that database's resolved path, and
+a run of another database stops before writing anything, naming what to set instead.
 
-A claim whose database file is gone is taken over: its owner was deleted.
+A claim whose database file is gone is taken over (its owner was deleted); the same file
+under another path (a symlink, a moved project) is the same owner. Lake mode has no
+database file to tell owners apart by, so it is not checked (README "One folder per
+database").
 """
 
 from __future__ import annotations
@@ -25,21 +28,31 @@ OUTPUTS_MARKER = ".chunkyard-database"
 
 
 def ownership_conflict(dagster_home: Path, db_path: Path | str, output_dirs: list[Path]) -> str | None:
-    """Why ``db_path`` may not run on ``dagster_home`` or write into ``output_dirs``; None when it may."""
+    """Why ``db_path`` may not run on ``dagster_home`` or write into ``output_dirs``; None when it may.
+
+    ``output_dirs[0]`` is the database's own folder; any other is a sidecar folder set in the config.
+    """
     database = Path(db_path).resolve()
-    name = database.stem
-    owner = _owner(dagster_home / INSTANCE_MARKER)
-    if owner is not None and owner != database and owner.exists():
+    name = _name(database)
+    marker = dagster_home / INSTANCE_MARKER
+    owner = _owner(marker)
+    if _another(owner, database):
+        suggested = dagster_home.parent / f".dagster-{name}"
+        if suggested == dagster_home:
+            suggested = dagster_home.parent / f".dagster-{name}-2"
         return (f"the Dagster instance {dagster_home} (DAGSTER_HOME) keeps the runs and document partitions of "
                 f"{owner}; it will not take {database} too (same-named documents would share a partition, and "
                 f"each folder's run would delete or process the other's). Give this database its own instance, "
-                f"e.g. DAGSTER_HOME={dagster_home.parent / f'.dagster-{name}'}")
-    for folder in dict.fromkeys(output_dirs):
-        owner = _owner(folder / OUTPUTS_MARKER)
-        if owner is not None and owner != database and owner.exists():
+                f"e.g. DAGSTER_HOME={suggested} (or delete {marker} if this database is that one, copied or moved)")
+    for index, folder in enumerate(dict.fromkeys(output_dirs)):
+        marker = folder / OUTPUTS_MARKER
+        owner = _owner(marker)
+        if _another(owner, database):
+            fix = (f"give this database a folder of its own, e.g. CHUNKYARD_DB={database.parent / name / database.name}"
+                   if index == 0 else "set this database's sidecar_dir (chunkyard.toml) to a folder of its own")
             return (f"{folder} holds the side outputs (sidecars, viewer pages, statistics) of {owner}; it will not "
-                    f"take {database}'s too (same-named documents would overwrite or delete each other's files). "
-                    f"Give this database a folder of its own, e.g. CHUNKYARD_DB={database.parent / name / database.name}")
+                    f"take {database}'s too (same-named documents would overwrite or delete each other's files): "
+                    f"{fix} (or delete {marker} if this database is that one, copied or moved)")
     return None
 
 
@@ -63,10 +76,25 @@ def side_output_dirs(db_path: Path | str, sidecar_dir: Path | str) -> list[Path]
     return [home] if sidecars.is_relative_to(home) else [home, sidecars]
 
 
+def _name(database: Path) -> str:
+    """A short name for suggestions: the file's stem, or its folder's name for the default file name."""
+    return database.parent.name if database.stem == "chunkyard" and database.parent.name else database.stem
+
+
+def _another(owner: Path | None, database: Path) -> bool:
+    """Whether ``owner`` is a database other than ``database`` that still exists."""
+    if owner is None or owner == database or not owner.exists():
+        return False
+    try:
+        return not (database.exists() and owner.samefile(database))
+    except OSError:
+        return True
+
+
 def _owner(marker: Path) -> Path | None:
     try:
         text = marker.read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
+    except (OSError, UnicodeDecodeError):  # none yet (or not a readable marker: written over below)
         return None
     return Path(text) if text else None
 

@@ -137,7 +137,7 @@ class TokenBudgetConfig(BaseModel):
             return values
         size = values.get("chunk_token_size")
         overlap, default_size = (cls.model_fields[name].default for name in ("chunk_overlap_token_size", "chunk_token_size"))
-        if type(size) is int and 0 < size <= overlap:
+        if type(size) is int and type(overlap) is int and type(default_size) is int and 0 < size <= overlap:
             return {**values, "chunk_overlap_token_size": overlap * size // default_size}
         return values
 

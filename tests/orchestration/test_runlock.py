@@ -114,7 +114,7 @@ def test_a_second_database_on_the_same_instance_stops_before_writing(tmp_path, d
     [line] = second.stderr.strip().splitlines()
     assert line.startswith(f"chunkyard run: the Dagster instance {home} (DAGSTER_HOME) keeps the runs and document "
                            f"partitions of {data / 'chunkyard.duckdb'}; it will not take {other_db} too")
-    assert f"DAGSTER_HOME={tmp_path / '.dagster-other'}" in line
+    assert f"DAGSTER_HOME={tmp_path / '.dagster-other'} (or delete {home / 'chunkyard-database'} if" in line
     assert not other_db.exists()
 
 
@@ -139,10 +139,21 @@ def test_instance_and_output_folders_are_claimed_by_one_database(tmp_path):
     with pytest.raises(SourceRootConflict, match="DAGSTER_HOME"):
         claim_instance_and_outputs(home, tmp_path / "own" / "other.duckdb", [tmp_path / "own"])
     assert not (tmp_path / "own").exists(), "a refused claim writes no marker"
+    # The same file under another path (a symlink) is the same owner.
+    link = tmp_path / "link"
+    link.symlink_to(data, target_is_directory=True)
+    assert ownership_conflict(home, link / "chunkyard.duckdb", [data]) is None
+    # A sidecar folder set in the config and held by another database: the advice names sidecar_dir.
+    (tmp_path / "sidecars").mkdir()
+    (tmp_path / "sidecars" / ".chunkyard-database").write_text(f"{first.resolve()}\n")
+    message = ownership_conflict(tmp_path / "home3", tmp_path / "b" / "b.duckdb",
+                                 side_output_dirs(tmp_path / "b" / "b.duckdb", tmp_path / "sidecars"))
+    assert "set this database's sidecar_dir (chunkyard.toml) to a folder of its own" in message
     # Once the owner is deleted, its claims are taken over.
     first.unlink()
     claim_instance_and_outputs(home, second, side_output_dirs(second, data / "parsed"))
-    assert ownership_conflict(home, second, [data]) is None
+    assert (home / "chunkyard-database").read_text().strip() == str(second.resolve())
+    assert (data / ".chunkyard-database").read_text().strip() == str(second.resolve())
 
 
 # -- runs the UI's sensors started before the CLI took the lock own their documents ---------
