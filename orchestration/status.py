@@ -6,6 +6,7 @@ connection, and a database that does not exist yet is reported, not created.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -142,6 +143,14 @@ def cell(value: Any, max_cell: int | None = MAX_CELL, null: str = "NULL") -> str
     return text if max_cell is None or len(text) <= max_cell else text[: max_cell - 1] + "…"
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and fullwidth characters two, combining marks none
+    (a CJK document id padded by ``len`` pushed the next columns out of line)."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell: int | None = MAX_CELL,
                  null: str = "NULL") -> str:
     """A plain text table: a header, a rule, one line per row; numbers right-aligned, cells cut at ``max_cell``,
@@ -149,10 +158,14 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell
     cells = [[cell(v, max_cell, null) for v in row] for row in rows]
     numeric = [all(isinstance(row[i], (int, float)) for row in rows if row[i] is not None) and bool(rows)
                for i in range(len(columns))]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    widths = [max([display_width(c)] + [display_width(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def pad(value: str, width: int, right: bool) -> str:
+        fill = " " * (width - display_width(value))
+        return fill + value if right else value + fill
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+        return "  ".join(pad(v, w, num) for v, w, num in zip(values, widths, numeric)).rstrip()
 
     return "\n".join([line(list(columns)), "  ".join("-" * w for w in widths)] + [line(r) for r in cells])
 

@@ -19,3 +19,16 @@ def test_a_lake_is_named_by_its_catalog_and_data_never_by_its_anchor_file_or_pas
     assert "s3cr3t" not in line and "chunkyard.duckdb" not in line
     # `chunkyard status` leads with the same line, stored documents or not.
     assert format_status([], line).splitlines()[0] == line
+
+
+def test_table_columns_line_up_by_terminal_width_with_cjk_and_combining_text():
+    """`status --documents` put the columns after a CJK document id out of line (README audit, session 27):
+    cells are padded by the columns they take on a terminal, not by their length."""
+    from orchestration.status import display_width, format_table
+
+    assert display_width("zh/检索分块简介.txt") == len("zh/.txt") + 2 * 6
+    assert display_width("x\u0301y") == 2 and display_width("ＡＢ") == 4 and display_width("plain") == 5
+    text = format_table(["document", "chunks"], [["zh/检索分块简介.txt", 3], ["notes/a.md", 12], ["e\u0301.md", 7]])
+    header, rule, *lines = text.splitlines()
+    # Every row's last column ends in the same terminal column as the header's.
+    assert {display_width(row) for row in lines} == {display_width(header)} == {len(rule)}
