@@ -105,12 +105,12 @@ def write_sidecars(doc: ParsedDocument, directory: Path) -> tuple[Path, Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     blocks_path, tables_path = sidecar_paths(doc.doc_id, directory)
-    _write_atomic(blocks_path, "\n".join(blocks_jsonl_lines(doc)) + "\n")
-    _write_atomic(tables_path, json.dumps(tables_json(doc), ensure_ascii=False, indent=1) + "\n")
+    write_atomic(blocks_path, "\n".join(blocks_jsonl_lines(doc)) + "\n")
+    write_atomic(tables_path, json.dumps(tables_json(doc), ensure_ascii=False, indent=1) + "\n")
     return blocks_path, tables_path
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     # A reader never sees half a file; two writers (run partitions in parallel
     # processes) never share a temporary file.
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

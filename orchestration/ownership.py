@@ -18,9 +18,9 @@ database").
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from chunking.sidecar import write_atomic
 from resources.store import SourceRootConflict
 
 INSTANCE_MARKER = "chunkyard-database"
@@ -103,6 +103,4 @@ def _write_owner(marker: Path, database: Path) -> None:
     if _owner(marker) == database:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
-    temporary = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    temporary.write_text(f"{database}\n", encoding="utf-8")
-    temporary.replace(marker)  # whole or not at all
+    write_atomic(marker, f"{database}\n")

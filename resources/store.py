@@ -1241,11 +1241,11 @@ def _conflict_message(db_path: Path | str, source_root: str, claimed: str | None
     others = sorted({claimed} if claimed is not None else set(roots) - {source_root})
     if not others or others == [source_root]:
         return None
+    name = _folder_name(source_root)
     return (f"{db_path} holds the documents of {', '.join(others)}; it will not take {source_root} too "
             f"(a document is its path inside one folder, so same-named files would overwrite each other). "
             f"Give this folder its own database, in a folder of its own, and its own Dagster instance, e.g. "
-            f"CHUNKYARD_DB=data/{_folder_name(source_root)}/chunkyard.duckdb "
-            f"DAGSTER_HOME=.dagster-{_folder_name(source_root)} make run DOCS={source_root}")
+            f"CHUNKYARD_DB=data/{name}/chunkyard.duckdb DAGSTER_HOME=.dagster-{name} make run DOCS={source_root}")
 
 
 def _folder_name(source_root: str) -> str:
