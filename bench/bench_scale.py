@@ -485,6 +485,12 @@ def measure(cluster, work: Path, corpus: Path, multiple: int, runs: int,
                # lake mode) is chunkyard's own setting, not OMP_NUM_THREADS.
                CHUNKYARD_MAX_CONCURRENT_RUNS=str(runs), CHUNKYARD_EMBEDDING_THREADS=threads)
     env.pop("OMP_NUM_THREADS", None)
+    # A DAGSTER_HOME of its own too: each measurement writes a database of its own, and an instance's
+    # folder is claimed by the first database a run writes (resources.ownership).
+    home = work / f"dagster-{label}"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(cluster.env["DAGSTER_HOME"]) / "dagster.yaml", home / "dagster.yaml")
+    env["DAGSTER_HOME"] = str(home)
     if lake:
         # A fresh, empty lake: its catalog database in the cluster's PostgreSQL, its own data folder.
         env.update(cluster.lake_env(f"lake_{multiple}x_{runs}run_{threads}"))

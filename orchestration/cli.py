@@ -200,7 +200,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from assets.costs import INGEST_TAG
     from assets.partitions import DOCUMENTS_PARTITIONS_NAME
     from orchestration import definitions
-    from orchestration.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
+    from resources.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
@@ -212,7 +212,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     batch_size = run_batch_size(args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
-    # One database per instance and per folder of side outputs (orchestration.ownership); lake
+    # One database per instance and per folder of side outputs (resources.ownership); lake
     # mode has no database file to tell owners apart by, so it is not checked.
     claims = store_resource.mode == "duckdb"
     home, outputs = Path(os.environ["DAGSTER_HOME"]), side_output_dirs(store_resource.path, store_resource.sidecar_path())

@@ -11,7 +11,9 @@ failure is for its current bytes is not re-run: it would fail the same way
 (unless the limit that refused it has been raised since: the CLI retries those).
 A document a queued or running run already targets is left to that run: with a cron
 more frequent than the runs are long, each tick would otherwise request it again
-(Dagster de-duplicates a schedule's run keys per tick only).
+(Dagster de-duplicates a schedule's run keys per tick only). A database whose instance or
+folder of side outputs another database has claimed (``resources.ownership``) gets no run:
+the tick skips, naming the conflict (its runs would be refused at their first step).
 """
 
 
@@ -26,6 +28,7 @@ from dagster import (
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    SkipReason,
     schedule,
 )
 from dagster._check import CheckError
@@ -33,6 +36,7 @@ from dagster._check import CheckError
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME
 from chunking.limits import DocumentLimits, would_refuse_again
 from orchestration.runlock import documents_in_flight
+from resources.ownership import store_conflict
 from resources.store import ChunkStore, StoreResource
 
 NIGHTLY_CRON = "0 2 * * *"
@@ -176,6 +180,9 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
     )
     def nightly_refresh(context: ScheduleEvaluationContext, store: StoreResource):
         instance = context.instance
+        if conflict := store_conflict(instance, store):
+            yield SkipReason(conflict)
+            return
         partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         chunks = chunk_refresh(store.store(), config_hashes)

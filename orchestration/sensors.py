@@ -14,7 +14,10 @@ so it is not requested again. Run keys are ``doc_id:<data version>#<n>``, n the 
 of the requesting tick (kept in the cursor), which the daemon never launches twice.
 
 One owner per document run: while a CLI ingest holds the instance's run lock
-(``orchestration.runlock``) the sensor skips, and looks again after it.
+(``orchestration.runlock``) the sensor skips, and looks again after it. One database per
+instance and per folder of side outputs (``resources.ownership``): a tick of a database
+another one's claims exclude skips, naming the conflict, before it deletes or requests
+anything; otherwise it claims them, as a run would.
 """
 
 
@@ -34,7 +37,8 @@ from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
 from orchestration.runlock import lock_holder
 from resources.documents import DocumentsFolder, current_fingerprint, sidecars_stat, source_stat
-from resources.store import StoreLockedError, StoreResource
+from resources.ownership import claim_for_store
+from resources.store import SourceRootConflict, StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
 SENSOR_LOCK_TIMEOUT_S = 10.0
@@ -72,6 +76,10 @@ def documents_sensor(
 ) -> SensorResult | SkipReason:
     if skip := _cli_owns_documents(context):
         return skip
+    try:
+        claim_for_store(context.instance, store)
+    except SourceRootConflict as exc:
+        return SkipReason(str(exc))
     chunk_store = store.store(lock_timeout_s=SENSOR_LOCK_TIMEOUT_S)
     conflict = chunk_store.source_root_conflict(documents.root_path)
     if conflict:

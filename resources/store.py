@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import duckdb
 import numpy as np
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field
 
 from chunking.model import Block, Chunk, Page, ParsedDocument
@@ -1242,6 +1242,10 @@ def _conflict_message(db_path: Path | str, source_root: str, claimed: str | None
     if not others or others == [source_root]:
         return None
     name = _folder_name(source_root)
+    if Path("data", name, "chunkyard.duckdb").resolve() == Path(str(db_path)).resolve():
+        # This very database was made for another folder of that name (an earlier advice
+        # followed): naming it again would send the user back to it.
+        name = f"{name}-2"
     return (f"{db_path} holds the documents of {', '.join(others)}; it will not take {source_root} too "
             f"(a document is its path inside one folder, so same-named files would overwrite each other). "
             f"Give this folder its own database, in a folder of its own, and its own Dagster instance, e.g. "
@@ -1301,6 +1305,19 @@ class StoreResource(ConfigurableResource):
     def lake_config(self) -> LakeConfig | None:
         return lake_config(self.mode, self.catalog, self.data_path, s3_endpoint=self.s3_endpoint,
                            s3_url_style=self.s3_url_style, s3_use_ssl=self.s3_use_ssl, s3_region=self.s3_region)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """A run refuses, before any step writes, an instance or a folder of side outputs another
+        database has claimed, and claims them otherwise (``resources.ownership``): whatever
+        started it (the UI, a sensor, the schedule, the CLI), its materializations would land on
+        the other database's partitions and its sidecars in the other's folder. A sensor's or
+        schedule's tick (no run) checks on its own and skips with the same message."""
+        if context.run is None or context.instance is None:
+            return
+        # Imported here: resources.ownership raises this module's SourceRootConflict.
+        from resources.ownership import claim_for_store
+
+        claim_for_store(context.instance, self)
 
     def store(self, *, lock_timeout_s: float = 60.0) -> ChunkStore:
         return ChunkStore(self.path, lock_timeout_s=lock_timeout_s, sidecar_dir=self.sidecar_path(),

@@ -119,7 +119,7 @@ def test_a_second_database_on_the_same_instance_stops_before_writing(tmp_path, d
 
 
 def test_instance_and_output_folders_are_claimed_by_one_database(tmp_path):
-    from orchestration.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
+    from resources.ownership import claim_instance_and_outputs, ownership_conflict, side_output_dirs
     from resources.store import SourceRootConflict
 
     home, data = tmp_path / "home", tmp_path / "data"

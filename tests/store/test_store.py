@@ -194,6 +194,19 @@ def test_a_second_folder_is_refused_and_the_first_keeps_its_rows(store):
     assert store.source_root() == ROOT
 
 
+def test_the_advice_for_a_second_folder_never_names_the_database_that_refused_it(tmp_path, monkeypatch):
+    # The advice's own database for /docs/one/notes (data/notes/chunkyard.duckdb, from the project
+    # folder), asked to take another folder called notes: its advice must name another file.
+    monkeypatch.chdir(tmp_path)
+    store = ChunkStore(tmp_path / "data" / "notes" / "chunkyard.duckdb")
+    ingest(store, "a.txt", "first folder", "sha-1", root="/docs/one/notes")
+    message = store.source_root_conflict("/docs/two/notes")
+    assert "CHUNKYARD_DB=data/notes-2/chunkyard.duckdb DAGSTER_HOME=.dagster-notes-2 make run DOCS=/docs/two/notes" in message
+    # From another folder, the same file is not data/notes/ there: the plain name.
+    monkeypatch.chdir(tmp_path / "data")
+    assert "CHUNKYARD_DB=data/notes/chunkyard.duckdb" in store.source_root_conflict("/docs/two/notes")
+
+
 def test_an_unclaimed_database_is_claimed_only_if_it_holds_one_folder(store):
     store.initialize()
     with store.transaction() as con:  # as a database written before claims existed could be

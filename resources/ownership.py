@@ -7,8 +7,10 @@ whose document partitions are the documents' ids, and the folder beside the data
 databases on one instance delete and run each other's partitions (a run of one folder
 fails on the other's document, "no longer exists"); two in one folder delete each
 other's sidecars when a same-named document goes. So each is claimed by the first
-database a CLI run writes, in a marker file holding that database's resolved path, and
-a run of another database stops before writing anything, naming what to set instead.
+database that writes (a CLI run, or any run's store resource: from the UI, a sensor or the
+schedule), in a marker file holding that database's resolved path, and a run of another
+database stops before writing anything, naming what to set instead; the sensor and the
+schedule skip their tick with the same message.
 
 A claim whose database file is gone is taken over (its owner was deleted); the same file
 under another path (a symlink, a moved project) is the same owner. Lake mode has no
@@ -19,24 +21,31 @@ database").
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chunking.sidecar import write_atomic
 from resources.store import SourceRootConflict
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+    from resources.store import StoreResource
 
 INSTANCE_MARKER = "chunkyard-database"
 OUTPUTS_MARKER = ".chunkyard-database"
 
 
-def ownership_conflict(dagster_home: Path, db_path: Path | str, output_dirs: list[Path]) -> str | None:
+def ownership_conflict(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path]) -> str | None:
     """Why ``db_path`` may not run on ``dagster_home`` or write into ``output_dirs``; None when it may.
 
     ``output_dirs[0]`` is the database's own folder; any other is a sidecar folder set in the config.
+    ``dagster_home`` None: an instance no other process sees (ephemeral), so only the folders are checked.
     """
     database = Path(db_path).resolve()
     name = _name(database)
-    marker = dagster_home / INSTANCE_MARKER
-    owner = _owner(marker)
-    if _another(owner, database):
+    marker = dagster_home / INSTANCE_MARKER if dagster_home is not None else None
+    owner = _owner(marker) if marker is not None else None
+    if dagster_home is not None and _another(owner, database):
         suggested = dagster_home.parent / f".dagster-{name}"
         if suggested == dagster_home:
             suggested = dagster_home.parent / f".dagster-{name}-2"
@@ -56,16 +65,38 @@ def ownership_conflict(dagster_home: Path, db_path: Path | str, output_dirs: lis
     return None
 
 
-def claim_instance_and_outputs(dagster_home: Path, db_path: Path | str, output_dirs: list[Path]) -> None:
-    """Claim ``dagster_home`` and each of ``output_dirs`` for ``db_path``: ``SourceRootConflict`` when
-    another database holds one (:func:`ownership_conflict`), else its marker names this one."""
+def claim_instance_and_outputs(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path]) -> None:
+    """Claim ``dagster_home`` (unless None) and each of ``output_dirs`` for ``db_path``: ``SourceRootConflict``
+    when another database holds one (:func:`ownership_conflict`), else its marker names this one."""
     conflict = ownership_conflict(dagster_home, db_path, output_dirs)
     if conflict:
         raise SourceRootConflict(conflict)
     database = Path(db_path).resolve()
-    _write_owner(dagster_home / INSTANCE_MARKER, database)
+    if dagster_home is not None:
+        _write_owner(dagster_home / INSTANCE_MARKER, database)
     for folder in dict.fromkeys(output_dirs):
         _write_owner(folder / OUTPUTS_MARKER, database)
+
+
+def store_conflict(instance: "DagsterInstance", store: "StoreResource") -> str | None:
+    """:func:`ownership_conflict` of ``store`` on ``instance`` (a sensor's or schedule's tick); None in lake
+    mode, which is not checked."""
+    if store.mode != "duckdb":
+        return None
+    return ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()))
+
+
+def claim_for_store(instance: "DagsterInstance", store: "StoreResource") -> None:
+    """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource); lake mode
+    is not checked."""
+    if store.mode == "duckdb":
+        claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()))
+
+
+def _home(instance: "DagsterInstance") -> Path | None:
+    """The instance's folder (``$DAGSTER_HOME``), or None for an ephemeral one: it lives in one process, so
+    no other database can share its partitions (``materialize()`` without an instance, tests)."""
+    return None if instance.is_ephemeral else Path(instance.root_directory)
 
 
 def side_output_dirs(db_path: Path | str, sidecar_dir: Path | str) -> list[Path]:
