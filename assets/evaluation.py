@@ -6,7 +6,8 @@ k = 1, 3, 5, 10 (search/metrics.py), appends the rows to the ``retrieval_eval``
 table and shows the k=5 table in the UI. Numeric metadata ``recall@5/<strategy>``
 and ``iou@5/<strategy>`` is what Dagster plots over materializations. The check
 ``recall_at_5_stable`` warns when a strategy's recall@5 fell by more than 2 points
-since the previous evaluation of the same eval set, mode and model.
+since the previous evaluation of the same eval set (the same content, by sha256, wherever
+the file is: an edited set starts a history of its own), mode and model.
 """
 
 from datetime import datetime, timezone
@@ -88,21 +89,23 @@ def build_retrieval_eval_asset(
             index.close()
         for qid, reason in report.skipped.items():
             context.log.warning(f"{eval_set}: question {qid} not scored: {reason}")
+        # Why each left-out question was not scored, for the UI and `chunkyard eval` (which prints them).
+        skipped = {"skipped": MetadataValue.json(report.skipped)} if report.skipped else {}
         if not report.rows or all(r.questions == 0 for r in report.rows):
             # The eval set is about documents this store does not hold (another folder, or
-            # nothing ingested yet): say so on the asset rather than fail a "Materialize all"
-            # of the user's own folder. Nothing is recorded in the history.
-            note = (f"{eval_set}: no question could be scored ({len(report.skipped)} skipped: their documents "
-                    "are not in this store); set eval_set in chunkyard.toml to an eval set of this folder")
+            # nothing ingested yet), or holds no question: say so on the asset rather than fail a
+            # "Materialize all" of the user's own folder. Nothing is recorded in the history.
+            note = not_evaluated_note(eval_set, len(questions), report.skipped)
             context.log.warning(note)
             yield MaterializeResult(asset_key=RETRIEVAL_EVAL, metadata={
-                "questions": 0, "skipped_questions": len(report.skipped), "not_evaluated": note})
+                "questions": 0, "skipped_questions": len(report.skipped), "not_evaluated": note, **skipped})
             yield AssetCheckResult(asset_key=RETRIEVAL_EVAL, check_name=RECALL_CHECK, passed=True,
                                    severity=AssetCheckSeverity.WARN, description=f"not evaluated: {note}")
             return
-        previous = previous_recall(chunk_store, eval_set=eval_set, mode=label, model_id=model_id)
+        eval_set_sha256 = file_sha256(eval_set)
+        previous = previous_recall(chunk_store, eval_set_sha256=eval_set_sha256, mode=label, model_id=model_id)
         record_report(
-            chunk_store, report, run_id=context.run.run_id, eval_set=eval_set, eval_set_sha256=file_sha256(eval_set),
+            chunk_store, report, run_id=context.run.run_id, eval_set=eval_set, eval_set_sha256=eval_set_sha256,
             model_id=model_id, evaluated_at=datetime.now(timezone.utc).replace(tzinfo=None),
         )
         at5 = report.at(5)
@@ -112,6 +115,7 @@ def build_retrieval_eval_asset(
             "table_all_k": MetadataValue.md(markdown_table(report, ks=ks)),
             "questions": max(r.questions for r in report.rows),
             "skipped_questions": len(report.skipped),
+            **skipped,
             "model_id": model_id,
             # Which strategy, if any, retrieves best by recall and by IoU at once (unrounded).
             "leaders@5": leaders_line({name: (row.recall, row.iou) for name, row in at5.items()}, 5),
@@ -132,3 +136,18 @@ def build_retrieval_eval_asset(
         )
 
     return retrieval_eval
+
+
+def not_evaluated_note(eval_set: str, questions: int, skipped: dict[str, str]) -> str:
+    """Why no question of ``eval_set`` could be scored, from the reasons of the skipped ones."""
+    if not questions:
+        return f"{eval_set}: the eval set holds no question"
+    absent = sum(1 for reason in skipped.values() if reason.startswith("document "))
+    if absent == len(skipped):
+        why = "their documents are not in this store"
+    else:
+        first_other = next(reason for reason in skipped.values() if not reason.startswith("document "))
+        why = (f"{absent} of them about documents this store does not hold, "
+               f"{len(skipped) - absent} unresolved in the stored text, e.g. {first_other}")
+    return (f"{eval_set}: no question could be scored ({len(skipped)} skipped: {why}); set eval_set in "
+            "chunkyard.toml to an eval set of this folder")

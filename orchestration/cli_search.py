@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Sequence
 
 COMMANDS = ("search", "ground", "eval")
@@ -132,7 +133,7 @@ def _search(args) -> int:
     settings = _with_within(_with_skip_covered(_settings(), args.skip_covered), args)
     index = open_index(settings)
     index.context_chars = max(0, args.context)
-    hits = index.search(args.query, mode=args.mode, k=max(1, args.k), strategy=args.strategy,
+    hits = index.search(args.query, mode=args.mode, k=args.k, strategy=args.strategy,
                         doc_ids=args.docs, folder=args.folder, **settings.search_options())
     if args.json:
         print(json.dumps([h.to_json() for h in hits], ensure_ascii=False, indent=2))
@@ -172,7 +173,7 @@ def _ground(args) -> int:
 
     settings = _settings()
     threshold = settings.grounding_threshold if args.threshold is None else args.threshold
-    results = ground(open_index(settings), args.claim, threshold=threshold, k=max(1, args.k),
+    results = ground(open_index(settings), args.claim, threshold=threshold, k=args.k,
                      strategy=args.strategy)
     if args.json:
         print(json.dumps({"claim": args.claim, "threshold": threshold,
@@ -194,11 +195,16 @@ def _eval(args) -> int:
     from orchestration.cli import QUIET, ensure_dagster_home
     from orchestration.definitions import build_project
     from resources.store import ChunkStore
-    from search.evaluation import leaders, leaders_line, mode_label
+    from search.engine import SearchError
+    from search.evaluation import leaders, leaders_line, load_eval_set, mode_label
 
     settings = _with_within(_with_skip_covered(_settings(), args.skip_covered), args)
     updates = {k: v for k, v in (("eval_set", args.eval_set), ("eval_mode", args.mode)) if v}
     settings = settings.model_copy(update=updates)
+    # What the asset would fail on, said plainly before a run is made of it.
+    load_eval_set(settings.eval_set)  # EvalSetError: not found, or which line is malformed
+    if settings.store.lake() is None and not Path(settings.db_path).is_file():
+        raise SearchError(f"no chunkyard database at {settings.db_path}: run `chunkyard run` first")
     ensure_dagster_home()
     defs = build_project(settings).defs
     result = materialize(
@@ -208,28 +214,60 @@ def _eval(args) -> int:
     if not result.success:
         for event in result.all_events:
             if event.event_type == DagsterEventType.STEP_FAILURE:
-                print(f"chunkyard eval: {event.event_specific_data.error.message.strip()}", file=sys.stderr)
+                print(f"chunkyard eval: {step_failure_message(event.event_specific_data)}", file=sys.stderr)
         return 1
     rows = history_rows(ChunkStore(settings.db_path, lake=settings.store.lake()), result.run_id)
     label = mode_label(settings.eval_mode, **settings.search_options())
     checks = [e.event_specific_data for e in result.all_events
               if e.event_type == DagsterEventType.ASSET_CHECK_EVALUATION]
+    skipped = skipped_questions(result)
+    at5 = {r["strategy"]: (r["recall"], r["iou"]) for r in rows if r["k"] == 5}
     if args.json:
-        found = leaders({r["strategy"]: (r["recall"], r["iou"]) for r in rows if r["k"] == 5})
+        found = leaders(at5) if at5 else None  # None: no question could be scored
         print(json.dumps({"run_id": result.run_id, "eval_set": settings.eval_set, "mode": label,
-                          "rows": rows, "leaders@5": {"best_recall": found.best_recall, "best_iou": found.best_iou,
-                                                      "on_both": found.on_both},
+                          "rows": rows, "skipped": skipped,
+                          "leaders@5": found and {"best_recall": found.best_recall, "best_iou": found.best_iou,
+                                                  "best_recall_names": found.best_recall_names,
+                                                  "best_iou_names": found.best_iou_names,
+                                                  "on_both": found.on_both},
                           "checks": [{"name": c.check_name, "passed": c.passed,
-                                                    "description": c.description} for c in checks]}, indent=2))
+                                      "description": c.description} for c in checks]}, ensure_ascii=False, indent=2))
         return 0
     print(f"eval set: {settings.eval_set}   mode: {label}   run: {result.run_id[:8]}")
     print(format_table(rows))
-    at5 = {r["strategy"]: (r["recall"], r["iou"]) for r in rows if r["k"] == 5}
     if at5:
         print(leaders_line(at5, 5))
+    if skipped:
+        print(f"{len(skipped)} question(s) not scored:")
+        for qid, reason in skipped.items():
+            print(f"    {qid}: {reason}")
     for c in checks:
         print(f"check {c.check_name}: {'passed' if c.passed else 'WARN'}: {c.description}")
     return 0
+
+
+def skipped_questions(result) -> dict[str, str]:
+    """question id -> why it was not scored, from the run's ``retrieval_eval`` materialization."""
+    for event in result.get_asset_materialization_events():
+        skipped = event.materialization.metadata.get("skipped")
+        if skipped is not None:
+            return dict(skipped.value)
+    return {}
+
+
+def step_failure_message(failure) -> str:
+    """What made a step fail, without Dagster's wrappers: a ``Failure``'s description, else the innermost
+    cause's message (``SearchError: no chunkyard database ...`` without the wrapping step error)."""
+    described = getattr(failure.user_failure_data, "description", None) if failure.user_failure_data else None
+    if described:
+        return described.strip()
+    error = failure.error
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip()
+    # "SearchError: text" -> "text": the class is not news to the user, its message is.
+    prefix = f"{error.cls_name}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
 
 
 def history_rows(store, run_id: str) -> list[dict]:

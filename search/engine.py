@@ -52,6 +52,9 @@ CHUNKS_RELATION = "current_chunks"
 EMBEDDING_COLUMNS = "doc_id, strategy, chunk_index, model_id, text_sha256, dim, embedding"
 DUCKDB_EXTENSION_VERSION = "v1.5.5"
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al. 2009)
+# Most hits per strategy one search returns: every input is bounded (a k past the int64 range
+# reached DuckDB as an internal error; a k of millions ranks and copies every chunk).
+MAX_K = 10_000
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -358,8 +361,10 @@ class SearchIndex:
         """
         if mode not in MODES:
             raise SearchError(f"mode must be one of {MODES}, not {mode!r}")
-        if k < 1:
-            raise SearchError("k must be at least 1")
+        if not query.strip():
+            raise SearchError("the query is empty (or only whitespace): there is nothing to search for")
+        if not 1 <= k <= MAX_K:
+            raise SearchError(f"k must be between 1 and {MAX_K} (hits per strategy), not {k}")
         if keyword_weight < 0:
             raise SearchError(f"keyword_weight must be >= 0, not {keyword_weight!r}")
         if skip_covered is not None and not 0 < skip_covered <= 1:
@@ -370,6 +375,7 @@ class SearchIndex:
             raise SearchError(f"within_depth must be at least 1, not {within_depth!r}")
         if refresh or self._built is None:
             self.refresh()
+        self._check_filters(doc_ids, folder)
         tables = self._tables_for(strategy)
         coarse_table = self._tables_for(within)[within] if within is not None else None
         if mode != "keyword":
@@ -479,6 +485,22 @@ class SearchIndex:
         if vector.shape[0] != self._built.dim:
             raise SearchError(f"query vector has dimension {vector.shape[0]}, the store's is {self._built.dim}")
         return vector
+
+    def _check_filters(self, doc_ids: Sequence[str] | None, folder: str | None) -> None:
+        """A document or folder filter that names nothing stored is a mistake (a typo, an id without
+        its folder), not a search without hits: said, naming what is missing."""
+        if doc_ids is not None:
+            known = {d for (d,) in self._con.execute(
+                "SELECT doc_id FROM parsed WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [list(doc_ids)]
+            ).fetchall()}
+            missing = [d for d in doc_ids if d not in known]
+            if missing:
+                raise SearchError(f"no document {', '.join(map(repr, missing))} in {self.db_path} "
+                                  "(`chunkyard status --documents` lists the ids: paths inside the documents folder)")
+        if folder and not self._con.execute(
+            "SELECT count(*) FROM parsed WHERE starts_with(doc_id, ?)", [folder.strip("/") + "/"]
+        ).fetchone()[0]:
+            raise SearchError(f"no stored document under the folder {folder!r} of the documents folder")
 
     @staticmethod
     def _filter(doc_ids: Sequence[str] | None, folder: str | None,
@@ -638,6 +660,10 @@ def ground(
     strategy: str | None = None,
 ) -> list[Grounding]:
     """Per strategy: the top-k evidence for ``claim`` by cosine similarity, and the verdict."""
+    if not claim.strip():
+        raise SearchError("the claim is empty (or only whitespace): there is nothing to ground")
+    if not -1.0 <= threshold <= 1.0:
+        raise SearchError(f"the grounding threshold is a cosine similarity, in [-1, 1]; not {threshold:g}")
     hits = index.search(claim, mode="vector", k=k, strategy=strategy)
     by_strategy: dict[str, list[Hit]] = {}
     for hit in hits:

@@ -241,9 +241,13 @@ def markdown_table(report: EvalReport, ks: Sequence[int] = (5,)) -> str:
 class Leaders:
     """Who leads on recall and on IoU at one k, and which rows lead on both at once."""
 
-    best_recall: tuple[str, float]  # the best recall among the rows compared against
+    best_recall: tuple[str, float]  # the best recall among the rows compared against (the first name on a tie)
     best_iou: tuple[str, float]
     on_both: list[str]  # rows at or above the best of the others on recall and IoU at once
+    # Every row compared against that has the best recall (IoU) exactly, in the scores' order: a tie
+    # is said, not hidden behind the first name.
+    best_recall_names: tuple[str, ...] = ()
+    best_iou_names: tuple[str, ...] = ()
 
 
 def leaders(scores: Mapping[str, tuple[float, float]], others: Collection[str] | None = None) -> Leaders:
@@ -264,15 +268,19 @@ def leaders(scores: Mapping[str, tuple[float, float]], others: Collection[str] |
         rivals = [o for o in pool if o != name]
         if rivals and all(recall >= scores[o][0] and iou >= scores[o][1] for o in rivals):
             on_both.append(name)
-    return Leaders((best_recall, scores[best_recall][0]), (best_iou, scores[best_iou][1]), on_both)
+    recall_names = tuple(name for name in pool if scores[name][0] == scores[best_recall][0])
+    iou_names = tuple(name for name in pool if scores[name][1] == scores[best_iou][1])
+    return Leaders((best_recall, scores[best_recall][0]), (best_iou, scores[best_iou][1]), on_both,
+                   recall_names, iou_names)
 
 
 def leaders_line(scores: Mapping[str, tuple[float, float]], k: int, others: Collection[str] | None = None,
                  against: str = "the best of the others", digits: int = 4) -> str:
     """``leaders`` in one sentence, with the figures it compared; ``against`` names ``others``."""
     found = leaders(scores, others)
-    (recall_name, recall), (iou_name, iou) = found.best_recall, found.best_iou
-    bests = f"best recall@{k}: {recall_name} {recall:.{digits}f}; best IoU@{k}: {iou_name} {iou:.{digits}f}"
+    recall, iou = found.best_recall[1], found.best_iou[1]
+    recall_names, iou_names = ", ".join(found.best_recall_names), ", ".join(found.best_iou_names)
+    bests = f"best recall@{k}: {recall_names} {recall:.{digits}f}; best IoU@{k}: {iou_names} {iou:.{digits}f}"
     if not found.on_both:
         return f"no row is at or above {against} on recall@{k} and IoU@{k} at once ({bests})"
     rows = ", ".join(f"{n} ({scores[n][0]:.{digits}f} / {scores[n][1]:.{digits}f})" for n in found.on_both)
@@ -336,8 +344,11 @@ HISTORY_COLUMNS = (
 )
 
 
-def previous_recall(store, *, eval_set: str, mode: str, model_id: str, k: int = 5) -> dict[str, float]:
-    """strategy -> recall@k of the latest recorded evaluation of this eval set, mode and model."""
+def previous_recall(store, *, eval_set_sha256: str, mode: str, model_id: str, k: int = 5) -> dict[str, float]:
+    """strategy -> recall@k of the latest recorded evaluation of this eval set, mode and model.
+
+    The eval set is its content (sha256), not its path: ``./eval/x.jsonl`` and its absolute
+    path are one set, and a set edited in place is another (its questions changed)."""
     with store.connect(read_only=True) as con:
         if not con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [HISTORY_TABLE]
@@ -345,8 +356,8 @@ def previous_recall(store, *, eval_set: str, mode: str, model_id: str, k: int = 
             return {}
         return dict(con.execute(
             f"""SELECT strategy, arg_max(recall, evaluated_at) FROM {HISTORY_TABLE}
-                WHERE eval_set = ? AND mode = ? AND model_id = ? AND k = ? GROUP BY strategy""",
-            [eval_set, mode, model_id, k],
+                WHERE eval_set_sha256 = ? AND mode = ? AND model_id = ? AND k = ? GROUP BY strategy""",
+            [eval_set_sha256, mode, model_id, k],
         ).fetchall())
 
 

@@ -277,7 +277,9 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     # Overlap-aware top k: scored and recorded under its own mode label, never against plain top k.
     assert main(["eval", "--skip-covered", "0.5", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report["leaders@5"]) == {"best_recall", "best_iou", "on_both"}
+    assert set(report["leaders@5"]) == {"best_recall", "best_iou", "on_both", "best_recall_names", "best_iou_names"}
+    assert report["leaders@5"]["best_recall"][0] == report["leaders@5"]["best_recall_names"][0]
+    assert report["skipped"] == {}
     assert report["leaders@5"]["best_recall"][0] in names
     assert {c["name"]: c["passed"] for c in report["checks"]} == {"recall_at_5_stable": True}
     with duckdb.connect(settings.db_path, read_only=True) as con:
@@ -291,3 +293,87 @@ def test_cli_eval_prints_the_table_and_records_history(ingested, monkeypatch, ca
     assert "mode: vector,within=paragraph@2 " in capsys.readouterr().out
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM retrieval_eval WHERE mode = 'vector,within=paragraph@2'").fetchone()[0] == 20
+
+
+def test_cli_search_and_ground_refuse_what_names_nothing(ingested, monkeypatch, capsys):
+    config, _ = ingested
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
+    refused = {
+        ("search", ""): "the query is empty",
+        ("search", "   ", "--mode", "vector"): "the query is empty",
+        ("search", "fish", "-k", "0"): "k must be between 1 and 10000 (hits per strategy), not 0",
+        ("search", "fish", "-k", "9223372036854775808"): "k must be between 1 and 10000",
+        ("search", "fish", "--doc", "guide.md", "--doc", "nosuch.md"): "no document 'nosuch.md' in ",
+        ("search", "fish", "--folder", "nosuch"): "no stored document under the folder 'nosuch'",
+        ("ground", " "): "the claim is empty",
+        ("ground", "fish", "--threshold", "5"): "the grounding threshold is a cosine similarity, in [-1, 1]; not 5",
+        ("ground", "fish", "-k", "-5"): "k must be between 1 and 10000",
+    }
+    for argv, message in refused.items():
+        assert main(list(argv)) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err, (argv, err)
+    # A folder or document that is stored still filters as before.
+    assert main(["search", "knead", "--folder", "kitchen/", "--doc", "kitchen/bread.txt", "--json", "-k", "1"]) == 0
+    assert {h["doc_id"] for h in json.loads(capsys.readouterr().out)} == {"kitchen/bread.txt"}
+
+
+def test_cli_eval_names_the_questions_it_left_out_and_says_why_none_scored(ingested, monkeypatch, capsys, tmp_path):
+    config, settings = ingested
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(config))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    good = {"id": "market", "question": "When does the fish market open?",
+            "references": [{"doc": "guide.md", "excerpt": "The fish market opens at dawn"}]}
+    absent = {"id": "absent", "question": "Who?", "references": [{"doc": "nosuch.md", "excerpt": "x"}]}
+    unfound = {"id": "unfound", "question": "What?", "references": [{"doc": "guide.md", "excerpt": "no such words"}]}
+    mixed, none_scored, empty = tmp_path / "mixed.jsonl", tmp_path / "none.jsonl", tmp_path / "empty.jsonl"
+    mixed.write_text("\n".join(json.dumps(q) for q in (good, absent)) + "\n", encoding="utf-8")
+    none_scored.write_text("\n".join(json.dumps(q) for q in (absent, unfound)) + "\n", encoding="utf-8")
+    empty.write_text("", encoding="utf-8")
+
+    assert main(["eval", "--eval-set", str(mixed)]) == 0
+    out = capsys.readouterr().out
+    assert "1 question(s) not scored:\n    absent: document 'nosuch.md' is not in the store" in out
+    assert main(["eval", "--eval-set", str(mixed), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["skipped"]) == ["absent"] and {r["questions"] for r in report["rows"]} == {1}
+
+    # Nothing scored: --json still answers (no leaders), and the note says both causes.
+    assert main(["eval", "--eval-set", str(none_scored), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == [] and report["leaders@5"] is None and set(report["skipped"]) == {"absent", "unfound"}
+    [check] = report["checks"]
+    assert check["passed"] and ("2 skipped: 1 of them about documents this store does not hold, 1 unresolved in "
+                                "the stored text, e.g. excerpt not found verbatim in 'guide.md'") in check["description"]
+    assert main(["eval", "--eval-set", str(empty)]) == 0
+    assert "the eval set holds no question" in capsys.readouterr().out
+
+    # What the asset would fail on is said before a run, plainly (exit 2).
+    assert main(["eval", "--eval-set", str(tmp_path / "gone.jsonl")]) == 2
+    assert capsys.readouterr().err.strip() == f"chunkyard eval: eval set not found: {tmp_path / 'gone.jsonl'}"
+    monkeypatch.setattr("orchestration.cli_search._settings", lambda: load_settings(config).model_copy(
+        update={"db_path": str(tmp_path / "nowhere" / "x.duckdb")}))
+    assert main(["eval"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"chunkyard eval: no chunkyard database at {tmp_path / 'nowhere' / 'x.duckdb'}: run `chunkyard run` first")
+
+
+def test_a_failed_eval_step_is_reported_without_dagsters_wrappers():
+    from dagster._utils.error import SerializableErrorInfo
+
+    from orchestration.cli_search import step_failure_message
+
+    class Failed:  # StepFailureData's two fields that matter here
+        def __init__(self, error, user_failure_data=None):
+            self.error, self.user_failure_data = error, user_failure_data
+
+    cause = SerializableErrorInfo("SearchError: cannot read x.duckdb: locked\n", [], "SearchError")
+    wrapped = SerializableErrorInfo('dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while '
+                                    'executing op "retrieval_eval":\n', [], "DagsterExecutionStepExecutionError",
+                                    cause=cause)
+    assert step_failure_message(Failed(wrapped)) == "cannot read x.duckdb: locked"
+
+    class Described:
+        description = "eval set line 3: not JSON"
+
+    assert step_failure_message(Failed(wrapped, Described())) == "eval set line 3: not JSON"

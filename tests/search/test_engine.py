@@ -107,7 +107,12 @@ def test_all_strategies_and_filters(index):
     assert only and {h.doc_id for h in only} == {"boats.txt"}
     folder = index.search("onions", mode="keyword", k=5, folder="kitchen/")
     assert folder and {h.doc_id for h in folder} <= {"kitchen/bread.md", "kitchen/soup.md"}
-    assert index.search("onions", mode="keyword", k=5, folder="garden") == []
+    # A folder or document id that names nothing stored is a mistake, said as such (not "no hits").
+    with pytest.raises(SearchError, match="no stored document under the folder 'garden'"):
+        index.search("onions", mode="keyword", k=5, folder="garden")
+    with pytest.raises(SearchError, match="no document 'garden.txt'"):
+        index.search("onions", mode="keyword", k=5, doc_ids=["boats.txt", "garden.txt"])
+    assert index.search("onions", mode="keyword", k=5, folder="kitchen", doc_ids=["boats.txt"]) == []
 
 
 def test_bad_requests_are_named(index):

@@ -166,15 +166,18 @@ def test_history_round_trip_gives_the_previous_recall(store):
     q = Question("q1", "ferry noon", (Reference("boats.txt", excerpt="The ferry leaves at noon."),))
     report = evaluate(index, [q], ks=(5,))
     index.close()
-    assert previous_recall(store, eval_set="e.jsonl", mode="vector", model_id=MODEL_ID) == {}
-    for run_id, when in (("r1", "2026-01-01 00:00:00"), ("r2", "2026-01-02 00:00:00")):
-        record_report(store, report, run_id=run_id, eval_set="e.jsonl", eval_set_sha256="x", model_id=MODEL_ID,
+    assert previous_recall(store, eval_set_sha256="x", mode="vector", model_id=MODEL_ID) == {}
+    # The same set under two paths (relative, then absolute): one history.
+    for run_id, when, path in (("r1", "2026-01-01 00:00:00", "e.jsonl"), ("r2", "2026-01-02 00:00:00", "/p/e.jsonl")):
+        record_report(store, report, run_id=run_id, eval_set=path, eval_set_sha256="x", model_id=MODEL_ID,
                       evaluated_at=when)
     with store.connect() as con:
         con.execute("UPDATE retrieval_eval SET recall = 0.25 WHERE run_id = 'r2' AND strategy = 'sent' AND k = 5")
-    assert previous_recall(store, eval_set="e.jsonl", mode="vector", model_id=MODEL_ID) == {
+    assert previous_recall(store, eval_set_sha256="x", mode="vector", model_id=MODEL_ID) == {
         "para": 1.0, "sent": 0.25}
-    assert previous_recall(store, eval_set="other.jsonl", mode="vector", model_id=MODEL_ID) == {}
+    # The file edited in place: another set, no previous recall to fall from.
+    assert previous_recall(store, eval_set_sha256="y", mode="vector", model_id=MODEL_ID) == {}
+    assert previous_recall(store, eval_set_sha256="x", mode="hybrid", model_id=MODEL_ID) == {}
 
 
 # Two reference rows that trade recall for IoU (as the shipped strategies do), a candidate aimed
@@ -207,3 +210,12 @@ def test_leaders_line_names_the_rows_and_the_bests():
     assert leaders_line(LEADER_SCORES, 5, others={"coarse", "small"}, against="the shipped rows", digits=3) == (
         "at or above the shipped rows on recall@5 and IoU@5 at once: late (0.748 / 0.105) "
         "(best recall@5: coarse 0.748; best IoU@5: small 0.099)")
+    # Rows tied exactly at the best are all named (they print alike; the first alone hid the tie).
+    tied = {"paragraph": (0.9794, 0.3), "recursive": (0.9794, 0.2), "token": (0.5, 0.3), "semantic": (0.97941, 0.1)}
+    assert leaders(tied).best_recall_names == ("semantic",)
+    tied["semantic"] = (0.9794, 0.1)
+    found = leaders(tied)
+    assert found.best_recall_names == ("paragraph", "recursive", "semantic")
+    assert found.best_iou_names == ("paragraph", "token")
+    assert leaders_line(tied, 5).endswith(
+        "(best recall@5: paragraph, recursive, semantic 0.9794; best IoU@5: paragraph, token 0.3000)")
