@@ -148,6 +148,9 @@ def build_strategy_assets(
     chunks_key = AssetKey(f"chunks_{strategy_name}")
     embeddings_key = AssetKey(f"embeddings_{strategy_name}")
     cfg_hash = config_hash(config)
+    # The embedder as the embeddings asset's code version names it: what a recorded embedding
+    # failure is for (a new model or context is another try).
+    embed_version = embedding_model_id + embed_context.code_version_suffix()
     cap = token_cap(config)
 
     def nothing_to_embed(document: dict | None, doc_id: str) -> str:
@@ -270,7 +273,7 @@ def build_strategy_assets(
         **DOCUMENT_ASSET_ARGS,
         group_name="embeddings",
         deps=[chunks_asset],
-        code_version=embedding_model_id + embed_context.code_version_suffix(),
+        code_version=embed_version,
         check_specs=check_specs(embeddings_key, EMBEDDING_CHECKS),
         automation_condition=AutomationCondition.eager(),
         description=f"Vectors of the `{strategy_name}` chunks; cached by (model id, sha256 of chunk text).",
@@ -319,6 +322,9 @@ def build_strategy_assets(
         vector_of: dict[str, np.ndarray] = {**cached, **fresh}
         new_by_doc: dict[str, set[str]] = {}
         to_write: dict[str, tuple] = {}  # doc_id -> (rows, the vectors embedded for it)
+        # doc_id -> (its data version, chunk config hash, embedder, error): recorded with the write, so
+        # the next run leaves it (the same refusal again) or retries it (a limit since raised).
+        refusals: dict[str, tuple[str, str, str, str]] = {}
         counted_fresh: set[str] = set()  # a text embedded once for the batch counts on its first document
         for doc_id, rows in list(rows_by_doc.items()):
             if doc_id in refused:  # this document alone
@@ -328,6 +334,8 @@ def build_strategy_assets(
                 # Its earlier vectors are removed, not kept: they belong to its earlier chunks (the
                 # chunk step has replaced them), and search pairs vectors with chunks by position.
                 to_write[doc_id] = ([], {})
+                refusals[doc_id] = ((document_rows.get(doc_id) or {}).get("sha256") or "", cfg_hash, embed_version,
+                                    refused[doc_id])
                 del rows_by_doc[doc_id]
                 continue
             doc_fresh = {c.text_sha256: fresh[c.text_sha256] for c in rows if c.text_sha256 in fresh}
@@ -338,7 +346,7 @@ def build_strategy_assets(
         # each document's share of it follows its number of chunks.
         written = time.perf_counter()
         write_failures = chunk_store.write_documents(
-            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items))
+            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items, refusals))
         write_seconds = time.perf_counter() - written
         for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
             store_watch.add(doc_id, seconds)

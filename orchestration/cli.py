@@ -248,13 +248,14 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         graph_order = definitions.project.graph_order
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
         limits = folder.document_limits()
-        chunks = chunk_refresh(store, definitions.project.config_hashes, limits)
+        chunks = chunk_refresh(store, definitions.project.config_hashes, limits, definitions.project.embed_versions)
         # A document whose recorded failure is for these very bytes (and, a strategy's, this
         # configuration) would only fail again: an unchanged folder is a no-op (exit 0); a raised
         # limit or --force retries it.
         selected = set(changes.to_process) | set(
             plan_refresh(ordered, materialized, graph_order, chunks.stale, recorded_failures(store, current, limits),
-                         settled_chunks=chunks.settled))
+                         settled_chunks=chunks.settled, stale_embeddings=chunks.stale_embeddings,
+                         settled_embeddings=chunks.settled_embeddings))
 
     # A run an earlier `chunkyard run` of this host left queued or running died with it
     # (killed, crashed): marked failed, so its documents are not left to it for ever.

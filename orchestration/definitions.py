@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagster import (
     AssetKey,
@@ -28,6 +28,7 @@ from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import StoreResource
 from resources.tokenizer import TokenizerResource
+from search.context import EmbedContext
 
 INGEST_JOB = "ingest_job"
 STATS_JOB = "strategy_stats_job"
@@ -67,6 +68,8 @@ class Project:
     defs: Definitions
     graph_order: list[AssetKey]  # every document asset, upstream first
     config_hashes: dict[str, str]  # strategy or variant name -> hash of its config (its chunks' code version)
+    # strategy or variant name -> its embedder (model id and embedded context: its embeddings' code version)
+    embed_versions: dict[str, str] = field(default_factory=dict)
 
 
 def build_project(settings: Settings) -> Project:
@@ -85,8 +88,10 @@ def build_project(settings: Settings) -> Project:
     )
     strategy_assets = []
     config_hashes: dict[str, str] = {}
+    embed_versions: dict[str, str] = {}
     for instance in instances:
         config_hashes[instance.name] = config_hash(instance.config)
+        embed_versions[instance.name] = embedding.model_id + EmbedContext.of(instance.embed_context).code_version_suffix()
         strategy_assets.extend(build_strategy_assets(
             instance.spec, instance.config, embedding.model_id, instance.embed_context, name=instance.name
         ))
@@ -125,7 +130,7 @@ def build_project(settings: Settings) -> Project:
                 minimum_interval_seconds=30,
             ),
         ],
-        schedules=[build_nightly_schedule(graph_order, config_hashes, settings.schedule_cron)],
+        schedules=[build_nightly_schedule(graph_order, config_hashes, settings.schedule_cron, embed_versions)],
         resources={
             "documents": DocumentsFolder(root=settings.docs_root, limits=settings.limits.as_config()),
             "store": StoreResource(path=settings.db_path, sidecar_dir=settings.sidecar_dir,
@@ -135,7 +140,7 @@ def build_project(settings: Settings) -> Project:
         },
         executor=select_executor(settings.executor),
     )
-    return Project(defs=defs, graph_order=graph_order, config_hashes=config_hashes)
+    return Project(defs=defs, graph_order=graph_order, config_hashes=config_hashes, embed_versions=embed_versions)
 
 
 def build_definitions(settings: Settings) -> Definitions:

@@ -58,6 +58,8 @@ def plan_refresh(
     failures: RecordedFailures = RecordedFailures(),
     in_flight: frozenset[str] | set[str] = frozenset(),
     settled_chunks: dict[str, set[str]] | None = None,
+    stale_embeddings: dict[str, set[str]] | None = None,
+    settled_embeddings: dict[str, set[str]] | None = None,
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
@@ -70,6 +72,8 @@ def plan_refresh(
     brings them up to date, and a later tick sees what it left. ``settled_chunks``
     (strategy -> doc_ids, :func:`chunk_refresh`): that strategy's assets are
     not planned for them, even when never materialized (a failed run alone leaves them so).
+    ``stale_embeddings`` / ``settled_embeddings`` (:func:`chunk_refresh`): the same for
+    ``embeddings_<s>`` alone, whose chunks are current.
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
@@ -79,11 +83,17 @@ def plan_refresh(
         for strategy, docs in stale_chunks.items():
             if doc_id in docs:
                 needed |= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
+        for strategy, docs in (stale_embeddings or {}).items():
+            if doc_id in docs:
+                needed.add(AssetKey(f"embeddings_{strategy}"))
         if doc_id in failures.retry or AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
             needed = set(graph_order)
         for strategy, docs in (settled_chunks or {}).items():
             if doc_id in docs:
                 needed -= {AssetKey(f"chunks_{strategy}"), AssetKey(f"embeddings_{strategy}")}
+        for strategy, docs in (settled_embeddings or {}).items():
+            if doc_id in docs and AssetKey(f"chunks_{strategy}") not in needed:
+                needed.discard(AssetKey(f"embeddings_{strategy}"))
         if needed:
             plan[doc_id] = [k for k in graph_order if k in needed]
     return plan
@@ -112,18 +122,41 @@ class ChunkRefresh(NamedTuple):
 
     stale: dict[str, set[str]]  # chunks (and embeddings) to make again
     settled: dict[str, set[str]]  # failed, and would fail the same way now: not re-run unless forced
+    # The same two for the embeddings of chunks that are current (an embedding refusal recorded):
+    stale_embeddings: dict[str, set[str]] = {}  # to embed again (a limit raised since, another embedder)
+    settled_embeddings: dict[str, set[str]] = {}  # would be refused the same way now: left as they are
 
 
 def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
-                  limits: DocumentLimits | None = None) -> ChunkRefresh:
+                  limits: DocumentLimits | None = None, embed_versions: dict[str, str] | None = None) -> ChunkRefresh:
     """Per strategy, the parsed documents whose ``chunks_<strategy>`` (and embeddings) must be
     made again -- their stored chunks are of another data version or configuration, or the
     strategy failed on them and that failure is not settled -- and those whose failure is
     settled (:func:`settled_chunk_failures`). One read of the parsed documents and failures
-    serves both (the CLI and the nightly schedule plan with both)."""
+    serves both (the CLI and the nightly schedule plan with both).
+
+    Likewise for a recorded embedding refusal of current chunks (``embed_versions``: strategy ->
+    the embedder, as the embeddings asset's code version names it): settled when it is for the
+    same data version, chunk configuration and embedder and its limit would refuse it again
+    (whether its run was a batch, which materialized the partition, or the document alone, which
+    failed it); otherwise only ``embeddings_<strategy>`` runs again."""
     documents = _parsed_documents(store)
     failures = store.strategy_failures()
     settled = settled_chunk_failures(current_config_hashes, documents, failures, limits)
+    stale_embeddings: dict[str, set[str]] = {}
+    settled_embeddings: dict[str, set[str]] = {}
+    for strategy, refused in store.embedding_failures().items():
+        if strategy not in current_config_hashes:
+            continue
+        for doc_id, (sha, cfg, version, error) in refused.items():
+            if doc_id not in documents:
+                continue
+            same = (sha, cfg, version) == (documents[doc_id], current_config_hashes[strategy],
+                                           (embed_versions or {}).get(strategy, version))
+            if same and (limits is None or would_refuse_again(error, limits)):
+                settled_embeddings.setdefault(strategy, set()).add(doc_id)
+            else:
+                stale_embeddings.setdefault(strategy, set()).add(doc_id)
     stale: dict[str, set[str]] = {}
     for strategy, cfg_hash in current_config_hashes.items():
         state = store.chunk_state(strategy)
@@ -133,7 +166,7 @@ def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
         }
         stale[strategy] |= set(failures.get(strategy, {})) & set(documents)
         stale[strategy] -= settled[strategy]
-    return ChunkRefresh(stale, settled)
+    return ChunkRefresh(stale, settled, stale_embeddings, settled_embeddings)
 
 
 def settled_chunk_failures(current_config_hashes: dict[str, str], documents: dict[str, str],
@@ -167,7 +200,7 @@ def _tick_time(context: ScheduleEvaluationContext) -> datetime:
 
 
 def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str, str],
-                           cron: str = NIGHTLY_CRON) -> ScheduleDefinition:
+                           cron: str = NIGHTLY_CRON, embed_versions: dict[str, str] | None = None) -> ScheduleDefinition:
     """``nightly_refresh`` on ``cron`` (UTC): one run per document that needs anything,
     for exactly the assets it needs (:func:`plan_refresh`)."""
 
@@ -185,13 +218,13 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
             return
         partitions = instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME)
         materialized = {key: set(instance.get_materialized_partitions(key)) for key in graph_order}
-        chunks = chunk_refresh(store.store(), config_hashes)
+        chunks = chunk_refresh(store.store(), config_hashes, embed_versions=embed_versions)
         failures = recorded_failures(store.store())
         in_flight = set(documents_in_flight(instance, partitions))
         # The tick's minute: a run key per tick and document, whatever the cron.
         stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
         for doc_id, keys in plan_refresh(partitions, materialized, graph_order, chunks.stale, failures, in_flight,
-                                         chunks.settled).items():
+                                         chunks.settled, chunks.stale_embeddings, chunks.settled_embeddings).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

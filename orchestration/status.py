@@ -60,6 +60,15 @@ def stored_status(con) -> list[FolderStatus]:
     ).fetchall() if has_table(con, "strategy_failures") else []
     for root, doc_id, strategy, error in failures:
         folder(root)["failed"].append((doc_id, f"[chunk {strategy}] {bare_cause(doc_id, error)}"))
+    # And parsed documents whose chunks a strategy's embedding refused (embed_timeout_s), likewise.
+    for root, doc_id, strategy, error in con.execute(
+        """
+        SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
+        FROM embedding_failures f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
+        WHERE d.status = 'parsed' ORDER BY ALL
+        """
+    ).fetchall() if has_table(con, "embedding_failures") else []:
+        folder(root)["failed"].append((doc_id, f"[embed {strategy}] {bare_cause(doc_id, error)}"))
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
         WITH c AS (SELECT doc_id, strategy, count(*) AS chunks, max(token_count) AS max_tokens

@@ -43,7 +43,7 @@ for one key either.
 
 import re
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 STORE_MODES = ("duckdb", "ducklake")
 
@@ -57,6 +57,24 @@ STRATEGY_FAILURES_DDL = """
         strategy      VARCHAR   NOT NULL,
         doc_sha256    VARCHAR   NOT NULL,  -- the data version (documents.sha256) it failed on
         config_hash   VARCHAR   NOT NULL,  -- the strategy configuration it failed under
+        error         VARCHAR   NOT NULL,
+        recorded_at   TIMESTAMP NOT NULL,
+        PRIMARY KEY (doc_id, strategy)
+    )
+"""
+
+# A strategy's latest embedding failure on a document whose chunks were stored (refused under a
+# limit, e.g. embed_timeout_s), for the bytes, chunk configuration and embedder (model id and
+# embedded context: the embeddings asset's code version) it failed on: like strategy_failures, what
+# decides whether the next run retries it and what `status` lists. Removed when that strategy's
+# vectors of the document are next stored.
+EMBEDDING_FAILURES_DDL = """
+    CREATE TABLE IF NOT EXISTS embedding_failures (
+        doc_id        VARCHAR   NOT NULL,
+        strategy      VARCHAR   NOT NULL,
+        doc_sha256    VARCHAR   NOT NULL,  -- the data version (documents.sha256) it failed on
+        config_hash   VARCHAR   NOT NULL,  -- the configuration of the chunks it was embedding
+        embed_version VARCHAR   NOT NULL,  -- the embedder: model id and embedded context
         error         VARCHAR   NOT NULL,
         recorded_at   TIMESTAMP NOT NULL,
         PRIMARY KEY (doc_id, strategy)
@@ -242,6 +260,7 @@ DDL: tuple[str, ...] = (
     )
     """,
     STRATEGY_FAILURES_DDL,
+    EMBEDDING_FAILURES_DDL,
 )
 
 # version -> the statements that turn a database of that version into the next one.
@@ -269,6 +288,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE blocks ADD COLUMN IF NOT EXISTS is_title_block BOOLEAN DEFAULT false",),
     # 3 -> 4: strategy failures are recorded (before, only the Dagster partition's metadata had them).
     3: (STRATEGY_FAILURES_DDL,),
+    # 4 -> 5: embedding failures are recorded (before, a refused document was never embedded again).
+    4: (EMBEDDING_FAILURES_DDL,),
 }
 
 # The version-1 layout of the two tables migration 1 replaces, as shipped in schema

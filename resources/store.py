@@ -88,6 +88,10 @@ STRATEGY_FAILURE_COLUMNS = (
     ("doc_id", "VARCHAR"), ("strategy", "VARCHAR"), ("doc_sha256", "VARCHAR"), ("config_hash", "VARCHAR"),
     ("error", "VARCHAR"), ("recorded_at", "TIMESTAMP"),
 )
+EMBEDDING_FAILURE_COLUMNS = (
+    ("doc_id", "VARCHAR"), ("strategy", "VARCHAR"), ("doc_sha256", "VARCHAR"), ("config_hash", "VARCHAR"),
+    ("embed_version", "VARCHAR"), ("error", "VARCHAR"), ("recorded_at", "TIMESTAMP"),
+)
 
 # A write transaction that loses a commit conflict is re-run whole, this many times at
 # most, after a jittered pause growing from WRITE_RETRY_DELAY_S to WRITE_RETRY_MAX_DELAY_S.
@@ -862,8 +866,8 @@ class ChunkStore:
         there leaves the sidecars, which a retry removes.
         """
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            for table in ("chunk_embeddings", "chunks", "strategy_failures", "doc_tables", "blocks", "pages",
-                          "documents"):
+            for table in ("chunk_embeddings", "chunks", "strategy_failures", "embedding_failures", "doc_tables",
+                          "blocks", "pages", "documents"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id = ?", [doc_id])
 
         self.write_transaction(write)
@@ -895,7 +899,8 @@ class ChunkStore:
         doc_ids = list(chunk_sets)
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            for table in ("chunks", "strategy_failures"):  # stored now: no longer failed
+            # Stored now: no longer failed; and an embedding failure was of the chunks these replace.
+            for table in ("chunks", "strategy_failures", "embedding_failures"):
                 con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
                             [strategy, doc_ids])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)
@@ -905,8 +910,11 @@ class ChunkStore:
     def forget_strategy_failures(self, strategies: Sequence[str]) -> None:
         """Drop the recorded failures of every strategy not in ``strategies`` (those configured):
         a strategy removed from the configuration has nothing left to retry or list."""
-        self.write_transaction(lambda con: con.execute(
-            "DELETE FROM strategy_failures WHERE NOT list_contains(?::VARCHAR[], strategy)", [list(strategies)]))
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            for table in ("strategy_failures", "embedding_failures"):
+                con.execute(f"DELETE FROM {table} WHERE NOT list_contains(?::VARCHAR[], strategy)", [list(strategies)])
+
+        self.write_transaction(write)
 
     def record_strategy_failures(self, strategy: str, failures: Mapping[str, tuple[str, str, str]]) -> None:
         """Record each document's failure of ``strategy`` (doc_id -> (doc sha256, config hash,
@@ -933,6 +941,19 @@ class ChunkStore:
             for doc_id, strategy, sha, cfg, error in con.execute(
                     "SELECT doc_id, strategy, doc_sha256, config_hash, error FROM strategy_failures").fetchall():
                 out.setdefault(strategy, {})[doc_id] = (sha, cfg, error)
+        return out
+
+    def embedding_failures(self) -> dict[str, dict[str, tuple[str, str, str, str]]]:
+        """strategy -> doc_id -> (doc sha256, config hash, embed version, error) of its recorded
+        embedding failures (``replacing_embeddings`` records and clears them)."""
+        out: dict[str, dict[str, tuple[str, str, str, str]]] = {}
+        with self.connect(read_only=True) as con:
+            if not has_table(con, "embedding_failures"):  # a schema-4 file not yet opened for writing
+                return out
+            for doc_id, strategy, sha, cfg, version, error in con.execute(
+                    "SELECT doc_id, strategy, doc_sha256, config_hash, embed_version, error "
+                    "FROM embedding_failures").fetchall():
+                out.setdefault(strategy, {})[doc_id] = (sha, cfg, version, error)
         return out
 
     def load_chunks(self, doc_id: str, strategy: str) -> list[StoredChunk]:
@@ -1038,9 +1059,16 @@ class ChunkStore:
         strategy: str,
         model_id: str,
         embedding_sets: Mapping[str, tuple[Sequence[tuple[int, str, np.ndarray]], dict[str, np.ndarray]]],
+        failures: Mapping[str, tuple[str, str, str, str]] | None = None,
     ) -> Write:
         """The write of :meth:`replace_embeddings` for many documents (doc_id -> (rows,
-        new_cache_entries)), one statement per table for them all, to run in an open transaction."""
+        new_cache_entries)), one statement per table for them all, to run in an open transaction.
+
+        ``failures``: documents of the batch whose embedding was refused (doc_id -> (doc sha256,
+        config hash, embed version, error)); their rows are empty, and the refusal is recorded in
+        the same transaction. Every other document of the batch has its recorded failure cleared."""
+        failure_rows = [(doc_id, strategy, sha, cfg, version, error, _now())
+                        for doc_id, (sha, cfg, version, error) in (failures or {}).items() if doc_id in embedding_sets]
         vectors: dict[str, np.ndarray] = {}
         for rows, new_cache_entries in embedding_sets.values():
             vectors.update({sha: v for _, sha, v in rows})
@@ -1053,9 +1081,11 @@ class ChunkStore:
             if vectors:
                 # Another step or run may have stored the same text already.
                 _insert_missing_vectors(con, model_id, vectors)
-            con.execute("DELETE FROM chunk_embeddings WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [strategy, doc_ids])
+            for table in ("chunk_embeddings", "embedding_failures"):
+                con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [strategy, doc_ids])
             insert_rows(con, "chunk_embeddings", CHUNK_EMBEDDING_COLUMNS, references)
+            insert_rows(con, "embedding_failures", EMBEDDING_FAILURE_COLUMNS, failure_rows)
 
         return write
 
@@ -1094,9 +1124,11 @@ class ChunkStore:
                 params).fetchall())
             cache = con.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0]
             # Documents that failed to read or parse, and parsed ones a strategy failed on (their bytes).
-            failures = ("UNION ALL SELECT f.doc_id, f.error FROM strategy_failures f JOIN documents d "
-                        "ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256 AND d.status = 'parsed' "
-                        "WHERE d.source_root = $root OR $root IS NULL ") if has_table(con, "strategy_failures") else ""
+            failures = "".join(
+                f"UNION ALL SELECT f.doc_id, f.error FROM {table} f JOIN documents d "
+                "ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256 AND d.status = 'parsed' "
+                "WHERE d.source_root = $root OR $root IS NULL "
+                for table in ("strategy_failures", "embedding_failures") if has_table(con, table))
             errors = con.execute(
                 "SELECT doc_id, error FROM documents WHERE status = 'error' AND (source_root = $root OR $root IS NULL) "
                 f"{failures}ORDER BY ALL", params).fetchall()

@@ -8,7 +8,7 @@ import time
 
 import duckdb
 import pytest
-from dagster import DagsterEventType
+from dagster import AssetKey, DagsterEventType
 
 import chunking.limits as limits
 from orchestration.definitions import INGEST_JOB, build_project
@@ -105,6 +105,70 @@ def test_a_document_over_its_embedding_budget_fails_alone(settings, instance, do
                 for e in alone.all_events if e.event_type == DagsterEventType.STEP_FAILURE}
     assert error in failures["embeddings_recursive"]  # every strategy's embeddings step: the model is slow on it
     assert latest_check_description(instance, "embeddings_recursive", "embeddings_complete", "slow.txt") == error
+
+
+def test_an_embedding_refusal_is_recorded_left_alone_unchanged_and_retried_once_its_limit_is_raised(
+        settings, instance, docs_dir, clock, monkeypatch):
+    """In a batch the refused document's partition is materialized (its check failed), alone it is
+    failed: either way the store records the refusal, so the next run leaves it (an unchanged folder
+    is a no-op), `status` lists it, and raising embed_timeout_s embeds it again, and only that."""
+    import assets.strategies as strategies
+    from chunking.limits import DocumentLimits
+    from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
+    from orchestration.status import stored_status
+    from resources.store import ChunkStore
+
+    (docs_dir / "slow.txt").write_text("SLOW text that takes the model too long to read.", encoding="utf-8")
+    real_embed_rows = strategies.embed_rows
+    slow = {"on": True}
+
+    def embed_rows(embedder, rows):
+        if slow["on"] and any("SLOW" in r.text for r in rows):
+            clock.jump()
+        return real_embed_rows(embedder, rows)
+
+    monkeypatch.setattr(strategies, "embed_rows", embed_rows)
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    project = build_project(settings)
+    store = ChunkStore(settings.db_path)
+    failures = store.embedding_failures()
+    strategies_ = set(project.config_hashes)  # every strategy's embeddings step reads it too slowly
+    assert set(failures) == strategies_ and all(list(f) == ["slow.txt"] for f in failures.values())
+    sha, cfg, version, error = failures["recursive"]["slow.txt"]
+    assert (cfg, version) == (project.config_hashes["recursive"], project.embed_versions["recursive"])
+    assert error.startswith("slow.txt: recursive embedding time is over the limit of 300 s")
+    assert store.document("slow.txt")["sha256"] == sha
+
+    def plan(limits):
+        partitions = list(DOCS)
+        materialized = {key: set(instance.get_materialized_partitions(key)) for key in project.graph_order}
+        refresh = chunk_refresh(store, project.config_hashes, limits, project.embed_versions)
+        return plan_refresh(partitions, materialized, project.graph_order, refresh.stale,
+                            recorded_failures(store), settled_chunks=refresh.settled,
+                            stale_embeddings=refresh.stale_embeddings, settled_embeddings=refresh.settled_embeddings)
+
+    default, raised = DocumentLimits(), DocumentLimits(embed_timeout_s=20_000)
+    assert plan(default) == {}, "the same refusal again: an unchanged folder is a no-op"
+    assert {k.to_user_string() for k in plan(raised)["slow.txt"]} == {f"embeddings_{s}" for s in strategies_}
+    assert list(plan(raised)) == ["slow.txt"]
+    with store.connect(read_only=True) as con:
+        [status] = stored_status(con)
+    assert ("slow.txt", "[embed recursive] recursive embedding time is over the limit of 300 s "
+            "(raise limits.embed_timeout_s in chunkyard.toml to allow it)") in status.failed
+
+    # Alone, the refused document fails its partition: still left alone by the next plan.
+    job = project.defs.resolve_job_def(INGEST_JOB)
+    assert not job.execute_in_process(instance=instance, partition_key="slow.txt", raise_on_error=False).success
+    assert plan(default) == {}
+    assert {s: list(f) for s, f in store.embedding_failures().items()} == {s: ["slow.txt"] for s in strategies_}
+
+    # The model fast again (a limit raised): its embeddings are stored and the refusal is gone.
+    slow["on"] = False
+    assert job.execute_in_process(instance=instance, partition_key="slow.txt", raise_on_error=False,
+                                  asset_selection=[AssetKey(f"embeddings_{s}") for s in strategies_]).success
+    assert store.embedding_failures() == {}
+    assert stored(settings, "embeddings") == set(DOCS)
+    assert plan(default) == {}
 
 
 def test_a_document_over_its_chunking_budget_fails_alone(settings, instance, docs_dir, clock, monkeypatch):
