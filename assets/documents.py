@@ -11,9 +11,9 @@ successful parse are kept, never half-replaced.
 """
 
 
-import logging
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -39,7 +39,6 @@ from resources.documents import (
 )
 from resources.store import ChunkStore, StoreResource, Write
 
-log = logging.getLogger(__name__)
 
 RAW = AssetKey("raw_documents")
 PARSED = AssetKey("parsed_documents")
@@ -195,8 +194,9 @@ def parsed_documents(
             except DocumentError as exc:
                 error = str(exc)
             except Exception as exc:  # a parser bug must fail this document only
-                log.exception("parser crashed on %s", source.relative_path)
                 error = f"{source.relative_path}: internal parser error ({type(exc).__name__}: {exc})"
+                # The trace in the run's event log (the terminal shows one line per failure).
+                context.log.debug(f"parser crashed on {source.relative_path}:\n{''.join(traceback.format_exception(exc))}")
         if error is not None:
             errors[doc_id] = error
             context.log.error(error)

@@ -7,8 +7,8 @@ of them write the shared ``chunks`` / ``embeddings`` tables, keyed by strategy.
 """
 
 
-import logging
 import time
+import traceback
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -40,7 +40,7 @@ from assets.documents import parsed_documents
 from assets.embed_groups import embed_in_groups
 from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.embedding import RecordingEmbedder
-from chunking.limits import check_chunk_count, check_time_budget, time_budget
+from chunking.limits import LimitExceeded, check_chunk_count, check_time_budget, time_budget
 from chunking.model import Chunk
 from chunking.strategies import StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
@@ -49,7 +49,6 @@ from resources.store import ChunkStore, StoreResource, Write
 from resources.tokenizer import TokenizerResource
 from search.context import EmbedContext, embed_rows, with_context
 
-log = logging.getLogger(__name__)
 
 CHUNK_CHECKS = (
     CheckDef("token_cap", "Every chunk is within the strategy's hard token cap (figure chunks exempt).", blocking=True),
@@ -218,9 +217,10 @@ def build_strategy_assets(
                     check_time_budget()
                 check_chunk_count(len(chunks), limits.max_chunks, source)
             except Exception as exc:  # one document's failure must not stop the batch
-                log.exception("strategy %s failed on %s", strategy_name, doc_id)
                 errors[doc_id] = f"{doc.source_name or doc_id}: {strategy_name} failed: {type(exc).__name__}: {exc}"
                 context.log.error(errors[doc_id])
+                if not isinstance(exc, LimitExceeded):  # a bug: its trace in the run's event log, not the terminal
+                    context.log.debug(f"{strategy_name} on {doc_id}:\n{''.join(traceback.format_exception(exc))}")
                 metadata[doc_id] = {"error": errors[doc_id]}
                 failed[doc_id] = doc.sha256
                 continue

@@ -61,7 +61,8 @@ class DocumentLimits(BaseModel):
                                     "never inflated past this.")
     parse_timeout_s: int = Field(120, ge=1, description="Wall-clock seconds for parsing one document.")
     parse_memory_mb: int = Field(
-        1024, ge=64, description="Address space of the parsing worker process (RLIMIT_AS), in MiB.")
+        1024, ge=128, description="Address space of the parsing worker process (RLIMIT_AS), in MiB; at least 128: "
+                                  "the worker and its parsers' libraries need ~110 MiB to parse even a small file.")
     chunk_timeout_s: int = Field(
         300, ge=1, description="Wall-clock seconds one strategy may spend chunking one document (the semantic "
                                "strategy's sentence embeddings included); checked between model batches and "

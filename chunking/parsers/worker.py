@@ -38,6 +38,11 @@ __all__ = ["parse_in_worker"]
 
 ParseFunction = Callable[..., ParsedDocument]
 
+MIB = 1024 * 1024
+# Below the worker's own address space plus this, a cap leaves no room to read even a tiny file:
+# the limit is refused as too small (its own message), not blamed on the document.
+WORKER_HEADROOM_MB = 16
+
 _PRELOAD = ["chunking.parsers", "chunking.parsers.text", "chunking.parsers.html", "chunking.parsers.docx",
             "chunking.parsers.pdf", "chunking.parsers.json_doc", "chunking.sidecar"]
 _context = None
@@ -54,7 +59,12 @@ def _worker_context():  # noqa: ANN202 - a multiprocessing context
 
 def _parse_child(parse: ParseFunction, path: str, doc_id: str, limits: DocumentLimits, conn) -> None:  # noqa: ANN001
     """Runs in the worker: cap the address space, parse, send back one tagged result on ``conn``."""
-    cap = limits.parse_memory_mb * 1024 * 1024
+    cap = limits.parse_memory_mb * MIB
+    used = address_space_bytes()
+    if used is not None and cap < used + WORKER_HEADROOM_MB * MIB:
+        conn.send(("too_small", used))
+        conn.close()
+        return
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     try:
         message = ("ok", parse(path, doc_id, limits=limits))
@@ -105,6 +115,12 @@ def parse_in_worker(path: str | Path, doc_id: str, limits: DocumentLimits | None
         return payload
     if kind == "error":
         raise payload
+    if kind == "too_small":
+        need = -(-payload // MIB) + WORKER_HEADROOM_MB  # ceil: the worker's MiB, then the headroom
+        raise DocumentError(source, f"{limit_key('parse_memory_mb')} = {limits.parse_memory_mb} MiB leaves the parse "
+                                    f"worker no room: it takes {payload // MIB} MiB of address space before reading "
+                                    f"any file; raise it in chunkyard.toml (to {need} MiB at the very least; the "
+                                    f"default is {DocumentLimits().parse_memory_mb})")
     if kind == "memory":
         raise LimitExceeded(source, "parse_memory_mb", "parse memory use", None, f"{limits.parse_memory_mb} MiB")
     if kind == "died" and payload is not None and payload < 0:
@@ -114,3 +130,15 @@ def parse_in_worker(path: str | Path, doc_id: str, limits: DocumentLimits | None
                                     f"the limit of {limits.parse_memory_mb} MiB, raise "
                                     f"{limit_key('parse_memory_mb')} in chunkyard.toml")
     raise DocumentError(source, f"the parse worker failed: {payload}")
+
+
+def address_space_bytes() -> int | None:
+    """This process's address space (``VmSize``, what ``RLIMIT_AS`` caps), or None where /proc has none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -253,6 +253,27 @@ def test_worker_over_its_memory_limit_fails_the_document_naming_the_limit(tmp_pa
         parse_in_worker(tmp_path / "a.txt", "a.txt", DocumentLimits(parse_memory_mb=256), parse=allocate_too_much)
 
 
+def test_a_memory_limit_the_worker_cannot_start_under_is_refused_as_such(tmp_path):
+    from pydantic import ValidationError
+
+    from chunking.parsers.worker import address_space_bytes
+
+    # Below what the worker and its parsers need for any file: refused when the settings are read.
+    with pytest.raises(ValidationError, match="parse_memory_mb"):
+        DocumentLimits(parse_memory_mb=100)
+    assert DocumentLimits(parse_memory_mb=128).parse_memory_mb == 128
+    # And where the worker alone already takes more than the cap (another platform, or a value set
+    # past validation), the message says so instead of blaming the document.
+    (tmp_path / "a.txt").write_text("hello")
+    tiny = DocumentLimits.model_construct(**{**DocumentLimits().model_dump(), "parse_memory_mb": 8})
+    with pytest.raises(DocumentError, match=r"a.txt: limits.parse_memory_mb = 8 MiB leaves the parse worker no room: "
+                                            r"it takes \d+ MiB of address space before reading any file; raise it"):
+        parse_in_worker(tmp_path / "a.txt", "a.txt", tiny)
+    assert address_space_bytes() > 8 * 1024 * 1024  # this process too: the check reads /proc/self/status
+    # At the floor, a small text parses.
+    assert parse_in_worker(tmp_path / "a.txt", "a.txt", DocumentLimits(parse_memory_mb=128)).text == "hello"
+
+
 def test_worker_over_its_time_limit_is_killed_and_the_document_fails_naming_the_limit(tmp_path):
     (tmp_path / "a.txt").write_text("hello")
     with pytest.raises(LimitExceeded, match=r"a.txt: parse time is over the limit of 1 s "

@@ -245,9 +245,11 @@ def test_cleaned_keys_are_safe_and_distinct_from_every_ordinary_key(path):
 # -- item 3: the chunk budget is enforced where chunks are made ---------------------------
 
 
-def test_a_document_over_the_chunk_budget_fails_its_strategy_naming_the_limit(settings, instance):
+def test_a_document_over_the_chunk_budget_fails_its_strategy_naming_the_limit(settings, instance, caplog):
     settings = settings.model_copy(update={"limits": settings.limits.model_copy(update={"max_chunks": 1})})
     _, result = _ingest(settings, instance, ["alpha.md"])
+    # A refusal is a message, not a crash: no Python trace logged (the CLI's terminal showed one).
+    assert not [r for r in caplog.records if r.exc_info and r.name.startswith("assets")]
     failures = [e.step_failure_data.error.message for e in result.get_step_failure_events()]
     assert any("alpha.md: chunk count" in m and "over the limit of 1 (raise limits.max_chunks" in m for m in failures)
     assert _rows(settings.db_path, "SELECT count(*) FROM chunks") == [(0,)]
