@@ -135,10 +135,13 @@ class RunTally:
 
     def note_failure(self, document: str, stage: str, message: str) -> None:
         """Record one failure of ``document``; a stage's first (its failed check, then its step's
-        failure with the same cause in a one-document run) stands for that stage."""
+        failure with the same cause in a one-document run) stands for that stage, and a later stage
+        failing with an earlier one's very cause (a file refused when read, refused again by the
+        parse) adds no line: one cause, said once."""
         known = self.failures.setdefault(document, [])
-        if all(f.stage != stage for f in known):
-            known.append(DocumentFailure(document, stage, bare_cause(document, message)))
+        cause = bare_cause(document, message)
+        if all(f.stage != stage and f.cause != cause for f in known):
+            known.append(DocumentFailure(document, stage, cause))
 
     def all_failures(self) -> list[DocumentFailure]:
         """Every failure, documents in order of name, each document's in the order seen."""

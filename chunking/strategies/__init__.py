@@ -129,16 +129,17 @@ class TokenBudgetConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_overlap_below_a_small_size(cls, values: Any) -> Any:
-        """An overlap left at its default, with a size it would not fit under, scales down with
-        that size (``100 * 50 // 1200 = 4`` for ``recursive``): only an overlap set by the caller
-        is refused as too large. Floor, because the defaults' overlap is below their size and
-        the scaled one must stay below the given size. Sizes the default fits under keep it."""
+        """An overlap left at its default is at most a quarter of the size: ``min(100, size // 4)``
+        for ``recursive`` (the default 100 from 400 tokens up; 25 at 100, 50 at 200). Only an
+        overlap set by the caller is refused as too large. A quarter, the top of the usual
+        compromise, so that the overlap grows with the size without a jump (the default kept
+        whole until it no longer fit made 101 tokens overlap by 100 and 100 tokens by 8)."""
         if not isinstance(values, dict) or "chunk_overlap_token_size" in values:
             return values
         size = values.get("chunk_token_size")
-        overlap, default_size = (cls.model_fields[name].default for name in ("chunk_overlap_token_size", "chunk_token_size"))
-        if type(size) is int and type(overlap) is int and type(default_size) is int and 0 < size <= overlap:
-            return {**values, "chunk_overlap_token_size": overlap * size // default_size}
+        overlap = cls.model_fields["chunk_overlap_token_size"].default
+        if type(size) is int and type(overlap) is int and 0 < size and size // 4 < overlap:
+            return {**values, "chunk_overlap_token_size": size // 4}
         return values
 
     @model_validator(mode="after")

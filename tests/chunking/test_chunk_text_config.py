@@ -58,14 +58,18 @@ def test_sentence_window_default_overlap_scales_with_the_users_chunk_size():
         get_strategy("sentence_window").parse_config({"chunk_size": 15, "overlap": 20})
 
 
-@pytest.mark.parametrize("strategy, default_size", [("recursive", 1200), ("paragraph", 2000), ("token", 1200)])
-def test_a_default_overlap_scales_down_under_a_small_size_and_only_a_set_one_is_refused(strategy, default_size):
+@pytest.mark.parametrize("strategy", ["recursive", "paragraph", "token"])
+def test_a_default_overlap_is_at_most_a_quarter_of_the_size_and_only_a_set_one_is_refused(strategy):
     """README, "Using the library": a size at or under the default overlap (100) used to fail on
-    an overlap the caller never set (found by a README audit, session 27)."""
+    an overlap the caller never set (found by a README audit, session 27); then the default stayed
+    whole down to 101 tokens (99% overlap) and fell to 8 at 100 (a README audit, session 28)."""
     spec = get_strategy(strategy)
-    assert spec.parse_config({"chunk_token_size": 100}).chunk_overlap_token_size == 100 * 100 // default_size
-    assert spec.parse_config({"chunk_token_size": 1}).chunk_overlap_token_size == 0
-    assert spec.parse_config({"chunk_token_size": 101}).chunk_overlap_token_size == 100  # the default fits: kept
+    overlaps = {size: spec.parse_config({"chunk_token_size": size}).chunk_overlap_token_size
+                for size in (1, 3, 4, 50, 100, 101, 200, 399, 400, 401, 1200)}
+    assert overlaps == {1: 0, 3: 0, 4: 1, 50: 12, 100: 25, 101: 25, 200: 50, 399: 99, 400: 100, 401: 100, 1200: 100}
+    # Grows with the size, one token at a time at most: no jump.
+    steps = [spec.parse_config({"chunk_token_size": n}).chunk_overlap_token_size for n in range(1, 1300)]
+    assert all(0 <= b - a <= 1 for a, b in zip(steps, steps[1:]))
     assert spec.parse_config({}).chunk_overlap_token_size == 100
     chunks = chunk_text("word " * 2000, strategy, tokenizer=CharTokenizer(), chunk_token_size=60)
     assert chunks and max(c.token_count for c in chunks) <= 60

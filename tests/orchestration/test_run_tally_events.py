@@ -50,3 +50,20 @@ def test_a_failed_check_logged_before_the_step_fails_is_counted(tmp_path):
         tally.add_run(result, run_events(instance, result.run_id))
     assert tally.check_counts()["parsed_documents.parsed"] == {FAILED: 1}
     assert [f.line() for f in tally.all_failures()] == ["broken.pdf  [parse]  PDF is truncated"]
+
+
+def test_a_cause_repeated_by_a_later_stage_is_listed_once():
+    # A file refused when read is refused again by its parse, with the same words: one line.
+    tally = RunTally()
+    tally.note_failure("big.txt", "read", "big.txt: file size 52428801 bytes is over the limit of 52428800 bytes")
+    tally.note_failure("big.txt", "parse", "big.txt: file size 52428801 bytes is over the limit of 52428800 bytes")
+    # Two causes of one document (chunked, then refused by the model) each keep their line; so does
+    # a stage's second report of itself, which adds nothing.
+    tally.note_failure("slow.txt", "chunk semantic", "slow.txt: semantic failed: too slow")
+    tally.note_failure("slow.txt", "embed recursive", "slow.txt: recursive embedding time is over the limit")
+    tally.note_failure("slow.txt", "embed recursive", "slow.txt: recursive vectors could not be stored")
+    assert [f.line() for f in tally.all_failures()] == [
+        "big.txt  [read]  file size 52428801 bytes is over the limit of 52428800 bytes",
+        "slow.txt  [chunk semantic]  semantic failed: too slow",
+        "slow.txt  [embed recursive]  recursive embedding time is over the limit",
+    ]
