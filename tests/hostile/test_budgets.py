@@ -203,7 +203,7 @@ def test_a_docx_part_is_never_inflated_past_the_budget_even_when_its_header_lies
     monkeypatch.setattr(zipfile.ZipExtFile, "_update_crc", counting_update_crc)
     limits = DocumentLimits(max_inflated_bytes=limit)
     # An honest header over the budget: refused before a byte is inflated.
-    with pytest.raises(LimitExceeded, match=r"DOCX part word/document.xml inflates to 50\d{5} bytes is over the "
+    with pytest.raises(LimitExceeded, match=r"DOCX part word/document.xml inflated to 50\d{5} bytes is over the "
                                             r"limit of 524288 bytes \(raise limits.max_inflated_bytes"):
         parse_bytes(data, "big.docx", "b", limits=limits)
     assert sum(inflated) == 0
