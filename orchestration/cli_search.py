@@ -3,7 +3,7 @@
     chunkyard search "query" [--strategy S] [-k 5] [--mode vector|keyword|hybrid]
                              [--doc ID ...] [--folder F] [--skip-covered F]
                              [--within COARSE [--within-depth N] [--within-rank fine|rrf|product]] [--json]
-    chunkyard ground "claim" [--threshold 0.7] [--strategy S] [-k 3] [--json]
+    chunkyard ground "claim" [--threshold T] [--strategy S] [-k 3] [--json]
     chunkyard eval [--eval-set eval/examples.jsonl] [--mode vector] [--skip-covered F]
                    [--within COARSE [--within-depth N] [--within-rank R]] [--json]
 
@@ -42,7 +42,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     ground = subparsers.add_parser("ground", help="is a claim supported by the documents? (per strategy)")
     ground.add_argument("claim")
-    ground.add_argument("--threshold", type=float, help="cosine similarity for 'grounded' (settings: 0.7)")
+    ground.add_argument("--threshold", type=float,
+                        help="cosine similarity for 'grounded' (settings grounding_threshold; default: the embedding "
+                             "model's measured threshold, 0.6 for all-MiniLM-L6-v2, else the seed's 0.7)")
     ground.add_argument("--strategy")
     ground.add_argument("-k", type=int, default=3, help="evidence chunks per strategy (default 3)")
     ground.add_argument("--json", action="store_true")
@@ -169,12 +171,14 @@ def _squash(text: str) -> str:
 
 
 def _ground(args) -> int:
-    from search.engine import ground, open_index
+    from search.engine import ground, grounding_threshold_for, open_index
 
     settings = _settings()
-    threshold = settings.grounding_threshold if args.threshold is None else args.threshold
-    results = ground(open_index(settings), args.claim, threshold=threshold, k=args.k,
-                     strategy=args.strategy)
+    index = open_index(settings)
+    threshold = args.threshold if args.threshold is not None else settings.grounding_threshold
+    if threshold is None:  # the model's own (search.engine.grounding_threshold_for)
+        threshold = grounding_threshold_for(index.model_id)
+    results = ground(index, args.claim, threshold=threshold, k=args.k, strategy=args.strategy)
     if args.json:
         print(json.dumps({"claim": args.claim, "threshold": threshold,
                           "strategies": [g.to_json() for g in results]}, ensure_ascii=False, indent=2))

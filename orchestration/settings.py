@@ -167,7 +167,8 @@ class Settings(BaseModel):
     # Search and evaluation (search/, assets/evaluation.py).
     eval_set: str = "eval/examples.jsonl"
     eval_mode: str = Field("vector", pattern="^(vector|keyword|hybrid)$")
-    grounding_threshold: float = Field(0.7, ge=-1.0, le=1.0)
+    # None: the embedding model's measured threshold (search.engine.grounding_threshold_for), else the seed's 0.7.
+    grounding_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     # Overlap-aware top k for search and eval: skip a hit when at least this fraction of its
     # characters is in better-ranked hits of its document (SearchIndex.search). None: off.
     search_skip_covered: float | None = Field(None, gt=0.0, le=1.0)

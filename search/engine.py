@@ -630,7 +630,19 @@ def reciprocal_rank_fusion(
 
 # -- grounding (seeds/sentence-chunking-adr.md) ---------------------------------------
 
-DEFAULT_GROUNDING_THRESHOLD = 0.7
+DEFAULT_GROUNDING_THRESHOLD = 0.7  # the seed's, written for nomic-embed-text
+# A model's own threshold, where one was measured (bench/bench_grounding.py; README "Search"):
+# cosine similarities are not comparable across models. all-MiniLM-L6-v2: 0.6, the F1-best over
+# the 164 reference passages of eval/corpus.jsonl against their store with and without their
+# document (F1 0.81, precision 0.75, recall 0.88, all strategies pooled; the seed's 0.7 gave
+# 0.71, 0.91, 0.59: four passages in ten copied from a stored document were "unsupported").
+MODEL_GROUNDING_THRESHOLDS: dict[str, float] = {"all-MiniLM-L6-v2": 0.6}
+
+
+def grounding_threshold_for(model_id: str) -> float:
+    """The default threshold for vectors of ``model_id`` (``<model>[:<precision>]``): the model's
+    measured one, else the seed's."""
+    return MODEL_GROUNDING_THRESHOLDS.get(model_id.split(":", 1)[0], DEFAULT_GROUNDING_THRESHOLD)
 
 
 @dataclass(frozen=True)
@@ -656,10 +668,13 @@ def grounding_verdict(scores: Sequence[float], threshold: float) -> tuple[bool, 
 
 
 def ground(
-    index: SearchIndex, claim: str, *, threshold: float = DEFAULT_GROUNDING_THRESHOLD, k: int = 3,
+    index: SearchIndex, claim: str, *, threshold: float | None = None, k: int = 3,
     strategy: str | None = None,
 ) -> list[Grounding]:
-    """Per strategy: the top-k evidence for ``claim`` by cosine similarity, and the verdict."""
+    """Per strategy: the top-k evidence for ``claim`` by cosine similarity, and the verdict.
+    ``threshold`` None: the index's model's (:func:`grounding_threshold_for`)."""
+    if threshold is None:
+        threshold = grounding_threshold_for(index.model_id)
     if not claim.strip():
         raise SearchError("the claim is empty (or only whitespace): there is nothing to ground")
     if not -1.0 <= threshold <= 1.0:

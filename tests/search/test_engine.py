@@ -271,3 +271,12 @@ def test_skip_covered_never_changes_the_fused_order_of_what_it_keeps(store, monk
             assert [(h.chunk_index, h.score) for h in distinct] == [(h.chunk_index, h.score) for h in plain]
     finally:
         idx.close()
+
+
+def test_the_grounding_threshold_is_the_models_measured_one_else_the_seeds():
+    from search.engine import DEFAULT_GROUNDING_THRESHOLD, grounding_threshold_for
+
+    assert DEFAULT_GROUNDING_THRESHOLD == 0.7  # seeds/sentence-chunking-adr.md, for nomic-embed-text
+    assert grounding_threshold_for("all-MiniLM-L6-v2") == 0.6
+    assert grounding_threshold_for("all-MiniLM-L6-v2:bfloat16") == 0.6  # the precision does not move it
+    assert grounding_threshold_for("nomic-embed-text") == 0.7
