@@ -95,7 +95,7 @@ def build_retrieval_eval_asset(
             # The eval set is about documents this store does not hold (another folder, or
             # nothing ingested yet), or holds no question: say so on the asset rather than fail a
             # "Materialize all" of the user's own folder. Nothing is recorded in the history.
-            note = not_evaluated_note(eval_set, len(questions), report.skipped)
+            note = not_evaluated_note(eval_set, len(questions), report.skipped, model_id)
             context.log.warning(note)
             yield MaterializeResult(asset_key=RETRIEVAL_EVAL, metadata={
                 "questions": 0, "skipped_questions": len(report.skipped), "not_evaluated": note, **skipped})
@@ -138,10 +138,13 @@ def build_retrieval_eval_asset(
     return retrieval_eval
 
 
-def not_evaluated_note(eval_set: str, questions: int, skipped: dict[str, str]) -> str:
+def not_evaluated_note(eval_set: str, questions: int, skipped: dict[str, str], model_id: str = "") -> str:
     """Why no question of ``eval_set`` could be scored, from the reasons of the skipped ones."""
     if not questions:
         return f"{eval_set}: the eval set holds no question"
+    if not skipped:  # every question resolved, but there is nothing to search with this model
+        return (f"{eval_set}: no strategy of this store has chunks embedded by {model_id or 'the configured model'} "
+                "(a new embedding_model, or nothing embedded yet): run `chunkyard run` first")
     absent = sum(1 for reason in skipped.values() if reason.startswith("document "))
     if absent == len(skipped):
         why = "their documents are not in this store"

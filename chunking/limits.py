@@ -59,6 +59,10 @@ class DocumentLimits(BaseModel):
     max_inflated_bytes: int = Field(
         64 * MIB, ge=1, description="Bytes one zip entry (a DOCX part) may inflate to; read as a stream, "
                                     "never inflated past this.")
+    max_compression_ratio: int = Field(
+        200, ge=1, description="A DOCX part over 1 MiB that inflates to more than this many times its compressed "
+                               "size is refused before it is parsed (real parts compress 5-20:1; one paragraph "
+                               "repeated ~330:1; 60 MiB of empty paragraphs, 682:1, exhaust the parse worker).")
     parse_timeout_s: int = Field(120, ge=1, description="Wall-clock seconds for parsing one document.")
     parse_memory_mb: int = Field(
         1024, ge=128, description="Address space of the parsing worker process (RLIMIT_AS), in MiB; at least 128: "

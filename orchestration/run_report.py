@@ -135,12 +135,14 @@ class RunTally:
 
     def note_failure(self, document: str, stage: str, message: str) -> None:
         """Record one failure of ``document``; a stage's first (its failed check, then its step's
-        failure with the same cause in a one-document run) stands for that stage, and a later stage
-        failing with an earlier one's very cause (a file refused when read, refused again by the
-        parse) adds no line: one cause, said once."""
+        failure with the same cause in a one-document run) stands for that stage, and a parse failing
+        with its read's very cause (a file refused when read is refused again by the parse) adds no
+        line: one cause, said once. Strategies' failures are each their own (their checks' words
+        need not name the strategy)."""
         known = self.failures.setdefault(document, [])
         cause = bare_cause(document, message)
-        if all(f.stage != stage and f.cause != cause for f in known):
+        repeats_read = stage == "parse" and any(f.stage == "read" and f.cause == cause for f in known)
+        if not repeats_read and all(f.stage != stage for f in known):
             known.append(DocumentFailure(document, stage, cause))
 
     def all_failures(self) -> list[DocumentFailure]:

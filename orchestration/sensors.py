@@ -37,7 +37,7 @@ from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
 from orchestration.runlock import lock_holder
 from resources.documents import DocumentsFolder, current_fingerprint, sidecars_stat, source_stat
-from resources.ownership import claim_for_store
+from resources.ownership import claim_for_store, store_conflict
 from resources.store import SourceRootConflict, StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
@@ -76,14 +76,16 @@ def documents_sensor(
 ) -> SensorResult | SkipReason:
     if skip := _cli_owns_documents(context):
         return skip
-    try:
-        claim_for_store(context.instance, store)
-    except SourceRootConflict as exc:
-        return SkipReason(str(exc))
+    if conflict := store_conflict(context.instance, store):  # before the store is opened, as the CLI does
+        return SkipReason(conflict)
     chunk_store = store.store(lock_timeout_s=SENSOR_LOCK_TIMEOUT_S)
     conflict = chunk_store.source_root_conflict(documents.root_path)
     if conflict:
         return SkipReason(conflict)
+    try:  # this database's folder: claim the instance and side outputs, as a run would
+        claim_for_store(context.instance, store)
+    except SourceRootConflict as exc:  # claimed by another between the check and now
+        return SkipReason(str(exc))
     previous, requesting_ticks = _load_cursor(context.cursor)
     known_sha = chunk_store.document_hashes(documents.root_path)
 

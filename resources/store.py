@@ -899,8 +899,9 @@ class ChunkStore:
         doc_ids = list(chunk_sets)
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            # Stored now: no longer failed; and an embedding failure was of the chunks these replace.
-            for table in ("chunks", "strategy_failures", "embedding_failures"):
+            # Stored now: no longer failed. (A recorded embedding failure stays until vectors are stored:
+            # cleared here, a run stopped before its embeddings step would leave no trace of it.)
+            for table in ("chunks", "strategy_failures"):
                 con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
                             [strategy, doc_ids])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)

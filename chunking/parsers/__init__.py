@@ -292,7 +292,8 @@ def _parser(fmt: str) -> Callable[[bytes, str, str, str, DocumentLimits], Parsed
         from chunking.parsers.docx import parse_docx
 
         return lambda d, s, i, h, lim: parse_docx(d, s, i, h, max_part_bytes=lim.max_inflated_bytes,
-                                                  max_pages=lim.max_pages)
+                                                  max_pages=lim.max_pages,
+                                                  max_compression_ratio=lim.max_compression_ratio)
     from chunking.parsers.pdf import parse_pdf
 
     return lambda d, s, i, h, lim: parse_pdf(d, s, i, h, max_pages=lim.max_pages)

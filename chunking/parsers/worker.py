@@ -116,11 +116,10 @@ def parse_in_worker(path: str | Path, doc_id: str, limits: DocumentLimits | None
     if kind == "error":
         raise payload
     if kind == "too_small":
-        need = -(-payload // MIB) + WORKER_HEADROOM_MB  # ceil: the worker's MiB, then the headroom
-        raise DocumentError(source, f"{limit_key('parse_memory_mb')} = {limits.parse_memory_mb} MiB leaves the parse "
-                                    f"worker no room: it takes {payload // MIB} MiB of address space before reading "
-                                    f"any file; raise it in chunkyard.toml (to {need} MiB at the very least; the "
-                                    f"default is {DocumentLimits().parse_memory_mb})")
+        # A LimitExceeded, so a run with the limit raised retries the document (limits.refused_under).
+        raise LimitExceeded(source, "parse_memory_mb", "the parse worker's own address space, before it reads any file,",
+                            f"{-(-payload // MIB)} MiB (+{WORKER_HEADROOM_MB} MiB to parse in)",
+                            f"{limits.parse_memory_mb} MiB")
     if kind == "memory":
         raise LimitExceeded(source, "parse_memory_mb", "parse memory use", None, f"{limits.parse_memory_mb} MiB")
     if kind == "died" and payload is not None and payload < 0:

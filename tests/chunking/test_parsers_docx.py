@@ -215,18 +215,23 @@ def test_an_element_name_past_the_parsers_name_limit_is_refused_naming_it():
         parse_bytes(docx_bytes(document_xml=document), "name.docx", "n")
 
 
-def test_a_zip_bomb_part_is_refused_by_its_inflated_size_not_its_ratio():
-    from chunking.limits import DocumentLimits, LimitExceeded
+def test_a_zip_bomb_part_is_refused_naming_the_limit_it_is_over_and_parses_once_raised():
+    from chunking.limits import DocumentLimits, LimitExceeded, refused_under, would_refuse_again
 
-    # 3 MB of spaces deflates about 1000:1. Within max_inflated_bytes it is a (strange) document:
-    # a part of one repeated paragraph compresses 330:1 (a README audit found such a DOCX refused).
+    # 3 MB of spaces deflates about 1000:1: over limits.max_compression_ratio (200), refused before
+    # lxml sees it, naming the limit to raise (a README audit found a fixed 200:1 no setting could raise).
     padding = " " * (3 * 1024 * 1024)
     document = f'<?xml version="1.0"?><w:document {W}><w:body>{para("x")}{padding}</w:body></w:document>'
-    assert parse_bytes(docx_bytes(document_xml=document), "bomb.docx", "b").text.strip() == "x"
-    repeated = "".join(para("The same paragraph, again and again.") for _ in range(30_000))
-    assert parse_bytes(docx_bytes(document_xml=f'<?xml version="1.0"?><w:document {W}><w:body>{repeated}'
-                                               '</w:body></w:document>'), "same.docx", "s").text.count("again") == 60_000
-    # Past the limit, refused naming it.
+    data = docx_bytes(document_xml=document)
+    with pytest.raises(LimitExceeded, match=r"bomb.docx: DOCX part word/document.xml \(\d+ bytes\) inflates \d+ times "
+                                            r"its compressed size, which is over the limit of 200 \(raise "
+                                            r"limits.max_compression_ratio in chunkyard.toml") as refused:
+        parse_bytes(data, "bomb.docx", "b")
+    assert refused_under(str(refused.value)) == ("max_compression_ratio", 200)
+    raised = DocumentLimits(max_compression_ratio=5000)
+    assert not would_refuse_again(str(refused.value), raised)  # a run with it raised tries again
+    assert parse_bytes(data, "bomb.docx", "b", limits=raised).text.strip() == "x"
+    # Past the inflation budget, refused naming that limit whatever the ratio allows.
     with pytest.raises(LimitExceeded, match=r"bomb.docx: DOCX part word/document.xml inflated to .* over the limit "
                                             r"of 1048576 bytes \(raise limits.max_inflated_bytes"):
-        parse_bytes(docx_bytes(document_xml=document), "bomb.docx", "b", limits=DocumentLimits(max_inflated_bytes=1 << 20))
+        parse_bytes(data, "bomb.docx", "b", limits=DocumentLimits(max_compression_ratio=5000, max_inflated_bytes=1 << 20))

@@ -256,6 +256,7 @@ def test_worker_over_its_memory_limit_fails_the_document_naming_the_limit(tmp_pa
 def test_a_memory_limit_the_worker_cannot_start_under_is_refused_as_such(tmp_path):
     from pydantic import ValidationError
 
+    from chunking.limits import refused_under, would_refuse_again
     from chunking.parsers.worker import address_space_bytes
 
     # Below what the worker and its parsers need for any file: refused when the settings are read.
@@ -266,9 +267,13 @@ def test_a_memory_limit_the_worker_cannot_start_under_is_refused_as_such(tmp_pat
     # past validation), the message says so instead of blaming the document.
     (tmp_path / "a.txt").write_text("hello")
     tiny = DocumentLimits.model_construct(**{**DocumentLimits().model_dump(), "parse_memory_mb": 8})
-    with pytest.raises(DocumentError, match=r"a.txt: limits.parse_memory_mb = 8 MiB leaves the parse worker no room: "
-                                            r"it takes \d+ MiB of address space before reading any file; raise it"):
+    with pytest.raises(LimitExceeded, match=r"a.txt: the parse worker's own address space, before it reads any file, "
+                                            r"\d+ MiB \(\+16 MiB to parse in\) is over the limit of 8 MiB \(raise "
+                                            r"limits.parse_memory_mb in chunkyard.toml") as refused:
         parse_in_worker(tmp_path / "a.txt", "a.txt", tiny)
+    # A refusal of a limit: a run with the limit raised tries the document again.
+    assert refused_under(str(refused.value)) == ("parse_memory_mb", 8)
+    assert not would_refuse_again(str(refused.value), DocumentLimits())
     assert address_space_bytes() > 8 * 1024 * 1024  # this process too: the check reads /proc/self/status
     # At the floor, a small text parses.
     assert parse_in_worker(tmp_path / "a.txt", "a.txt", DocumentLimits(parse_memory_mb=128)).text == "hello"

@@ -62,8 +62,14 @@ def test_a_cause_repeated_by_a_later_stage_is_listed_once():
     tally.note_failure("slow.txt", "chunk semantic", "slow.txt: semantic failed: too slow")
     tally.note_failure("slow.txt", "embed recursive", "slow.txt: recursive embedding time is over the limit")
     tally.note_failure("slow.txt", "embed recursive", "slow.txt: recursive vectors could not be stored")
+    # Two strategies' checks failing in the same words (a check's description need not name its
+    # strategy) are two failures: both listed.
+    tally.note_failure("gap.txt", "chunk recursive", "gap.txt: 12 non-whitespace character(s) are in no chunk")
+    tally.note_failure("gap.txt", "chunk paragraph", "gap.txt: 12 non-whitespace character(s) are in no chunk")
     assert [f.line() for f in tally.all_failures()] == [
         "big.txt  [read]  file size 52428801 bytes is over the limit of 52428800 bytes",
+        "gap.txt  [chunk recursive]  12 non-whitespace character(s) are in no chunk",
+        "gap.txt  [chunk paragraph]  12 non-whitespace character(s) are in no chunk",
         "slow.txt  [chunk semantic]  semantic failed: too slow",
         "slow.txt  [embed recursive]  recursive embedding time is over the limit",
     ]

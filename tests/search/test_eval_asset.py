@@ -101,3 +101,14 @@ def test_an_eval_set_about_other_documents_is_reported_not_failed(eval_project, 
     assert "not in this store" in meta["not_evaluated"] and "eval_set" in meta["not_evaluated"]
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM retrieval_eval").fetchone()[0] == 0  # no history row
+
+
+def test_the_not_evaluated_note_tells_its_causes_apart():
+    from assets.evaluation import not_evaluated_note
+
+    assert not_evaluated_note("e.jsonl", 0, {}) == "e.jsonl: the eval set holds no question"
+    assert "2 skipped: their documents are not in this store" in not_evaluated_note(
+        "e.jsonl", 2, {"a": "document 'x' is not in the store", "b": "document 'y' is not in the store"})
+    # Every question resolved, nothing to search with this model (embedding_model changed): not "0 skipped".
+    note = not_evaluated_note("e.jsonl", 3, {}, "new-model:float32")
+    assert note.startswith("e.jsonl: no strategy of this store has chunks embedded by new-model:float32") and "skipped" not in note
