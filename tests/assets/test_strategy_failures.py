@@ -25,8 +25,10 @@ def plan(settings, instance, limits):
     store = ChunkStore(settings.db_path)
     partitions = instance.get_dynamic_partitions("documents")
     materialized = {key: set(instance.get_materialized_partitions(key)) for key in project.graph_order}
-    stale, settled = chunk_refresh(store, project.config_hashes, limits)
-    return plan_refresh(partitions, materialized, project.graph_order, stale, settled_chunks=settled), settled
+    refresh = chunk_refresh(store, project.config_hashes, limits, project.embed_versions)
+    return plan_refresh(partitions, materialized, project.graph_order, refresh.stale, settled_chunks=refresh.settled,
+                        stale_embeddings=refresh.stale_embeddings,
+                        settled_embeddings=refresh.settled_embeddings), refresh.settled
 
 
 def test_a_strategy_failure_is_settled_until_its_limit_is_raised_then_retried(settings, instance, docs_dir):
