@@ -123,8 +123,8 @@ class ChunkRefresh(NamedTuple):
     stale: dict[str, set[str]]  # chunks (and embeddings) to make again
     settled: dict[str, set[str]]  # failed, and would fail the same way now: not re-run unless forced
     # The same two for the embeddings of chunks that are current (an embedding refusal recorded):
-    stale_embeddings: dict[str, set[str]] = {}  # to embed again (a limit raised since, another embedder)
-    settled_embeddings: dict[str, set[str]] = {}  # would be refused the same way now: left as they are
+    stale_embeddings: dict[str, set[str]]  # to embed again (a limit raised since, another embedder)
+    settled_embeddings: dict[str, set[str]]  # would be refused the same way now: left as they are
 
 
 def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],

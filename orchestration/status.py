@@ -47,28 +47,21 @@ def stored_status(con) -> list[FolderStatus]:
         if row.kept_chunks:
             entry["kept_documents"] += 1
             entry["kept_chunks"] += row.kept_chunks
-    # Parsed documents a strategy failed on, for the bytes they still have (none recorded in a
-    # schema-3 file not yet opened for writing).
+    # Parsed documents a strategy's chunking or embedding failed on, for the bytes they still have
+    # (none recorded in a file of an older schema not yet opened for writing).
     from resources.store import has_table  # here: this module stays light for the CLI's import
 
-    failures = con.execute(
-        """
-        SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
-        FROM strategy_failures f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
-        WHERE d.status = 'parsed' ORDER BY ALL
-        """
-    ).fetchall() if has_table(con, "strategy_failures") else []
-    for root, doc_id, strategy, error in failures:
-        folder(root)["failed"].append((doc_id, f"[chunk {strategy}] {bare_cause(doc_id, error)}"))
-    # And parsed documents whose chunks a strategy's embedding refused (embed_timeout_s), likewise.
-    for root, doc_id, strategy, error in con.execute(
-        """
-        SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
-        FROM embedding_failures f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
-        WHERE d.status = 'parsed' ORDER BY ALL
-        """
-    ).fetchall() if has_table(con, "embedding_failures") else []:
-        folder(root)["failed"].append((doc_id, f"[embed {strategy}] {bare_cause(doc_id, error)}"))
+    for table, stage in (("strategy_failures", "chunk"), ("embedding_failures", "embed")):
+        if not has_table(con, table):
+            continue
+        for root, doc_id, strategy, error in con.execute(
+            f"""
+            SELECT coalesce(d.source_root, ''), f.doc_id, f.strategy, f.error
+            FROM {table} f JOIN documents d ON d.doc_id = f.doc_id AND d.sha256 = f.doc_sha256
+            WHERE d.status = 'parsed' ORDER BY ALL
+            """
+        ).fetchall():
+            folder(root)["failed"].append((doc_id, f"[{stage} {strategy}] {bare_cause(doc_id, error)}"))
     for root, strategy, docs, chunks, embeddings, max_tokens in con.execute(
         """
         WITH c AS (SELECT doc_id, strategy, count(*) AS chunks, max(token_count) AS max_tokens
