@@ -141,11 +141,19 @@ def _search(args) -> int:
         print(json.dumps([h.to_json() for h in hits], ensure_ascii=False, indent=2))
         return 0
     if not hits:
-        print("no hits")
+        print("no hits" + _why_no_keyword_hits(index, args))
     color = sys.stdout.isatty()
     for hit in hits:
         print(format_hit(hit, color=color))
     return 0
+
+
+def _why_no_keyword_hits(index, args) -> str:
+    """A keyword search of stop words and punctuation only cannot match anything: said, with the way out."""
+    if args.mode != "keyword" or index.keyword_terms(args.query):
+        return ""
+    return (": every word of the query is an English stop word or punctuation, which keyword search "
+            "leaves out (--mode vector or hybrid searches by meaning)")
 
 
 def format_hit(hit, *, color: bool = False) -> str:

@@ -478,6 +478,21 @@ class SearchIndex:
             raise SearchError(f"no embedded chunks of strategy {strategy!r}; searchable: {sorted(tables)}")
         return {strategy: tables[strategy]}
 
+    def keyword_terms(self, query: str) -> list[str]:
+        """The words of ``query`` keyword search matches on: the fts index's own tokens of
+        ``keyword_text(query)``, its English stop words and empty tokens left out (before stemming).
+        Empty for a query of stop words and punctuation only, which keyword search cannot match
+        however the store is filled, so a caller can say that instead of "no hits"."""
+        self._ensure_built()
+        if not self._built.tables:
+            return []
+        schema = f"fts_main_{next(iter(self._built.tables.values()))}"
+        return [w for (w,) in self._con.execute(
+            f"SELECT w FROM (SELECT unnest({schema}.tokenize(?)) AS w) "
+            f"WHERE w <> '' AND w NOT IN (SELECT sw FROM {schema}.stopwords)",
+            [keyword_text(query)],
+        ).fetchall()]
+
     def _embed_query(self, query: str) -> np.ndarray:
         if self.embed is None:
             raise SearchError("vector and hybrid search need an embedding model (embed=...)")

@@ -215,6 +215,10 @@ def test_cli_search_json_and_terminal(ingested, monkeypatch, capsys):
     assert main(["search", "knead", "--mode", "keyword", "--strategy", "recursive", "--folder", "kitchen"]) == 0
     out = capsys.readouterr().out
     assert "[recursive #1]" in out and "kitchen/bread.txt" in out and "»" in out and "Knead" in out
+    assert main(["search", "the of and", "--mode", "keyword"]) == 0
+    assert "no hits: every word of the query is an English stop word" in capsys.readouterr().out
+    assert main(["search", "zzyzx quorble", "--mode", "keyword"]) == 0
+    assert capsys.readouterr().out == "no hits\n"
 
     assert main(["search", "fish market", "--strategy", "rec_small", "--json", "-k", "1"]) == 0
     hit, = json.loads(capsys.readouterr().out)

@@ -53,6 +53,15 @@ def test_keyword_search_is_bm25_with_stemming(index):
     assert index.search("zeppelin", mode="keyword", k=3) == []
 
 
+def test_keyword_terms_are_what_keyword_search_can_match(index):
+    # Stop words and punctuation never reach the index: a query of only those has no terms,
+    # which the CLI says instead of a bare "no hits".
+    assert index.keyword_terms("The of and, to!") == []
+    assert index.search("The of and, to!", mode="keyword", k=3) == []
+    assert index.keyword_terms("The cats, running!") == ["cats", "running"]
+    assert index.keyword_terms("Été") == ["ete"]
+
+
 def test_keyword_text_splits_cjk_runs_into_bigrams():
     assert keyword_text("用同一把密钥") == " 用同 同一 一把 把密 密钥 "
     assert keyword_text("RSA 密钥签名, 3 keys") == "RSA  密钥 钥签 签名 , 3 keys"
