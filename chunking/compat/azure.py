@@ -24,7 +24,7 @@ once (the reference compounds it per recursion level). Token counts are
 from __future__ import annotations
 
 from abc import ABC
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from chunking.model import Page as ModelPage
@@ -99,13 +99,13 @@ class SentenceTextSplitter(TextSplitter):
         self.sentence_endings: list[str] = STANDARD_SENTENCE_ENDINGS + CJK_SENTENCE_ENDINGS
         self.word_breaks: list[str] = STANDARD_WORD_BREAKS + CJK_WORD_BREAKS
         self.max_section_length = DEFAULT_SECTION_LENGTH
+        # Plain attributes the reference sets here and never reads again (its look-ahead
+        # overlap is ``max_section_length * semantic_overlap_percent / 100`` at each call):
+        # kept, settable, for code that reads or sets them.
+        self.sentence_search_limit = 100
         self.max_tokens_per_section = max_tokens_per_section
+        self.section_overlap = int(self.max_section_length * DEFAULT_OVERLAP_PERCENT / 100)
         self.semantic_overlap_percent = DEFAULT_OVERLAP_PERCENT
-
-    @property
-    def section_overlap(self) -> int:
-        """Target look-ahead overlap in characters, following ``max_section_length``."""
-        return int(self.max_section_length * self.semantic_overlap_percent / 100)
 
     def config(self) -> SentenceConfig:
         """The strategy config the current attribute values stand for."""
@@ -119,7 +119,8 @@ class SentenceTextSplitter(TextSplitter):
         )
 
     def split_pages(self, pages: Iterable[Page]) -> Iterator[Chunk]:
-        pages = list(pages)
+        # A page without text (None) is a blank page, as the reference reads ``page.text or ""``.
+        pages = [page if page.text is not None else replace(page, text="") for page in pages]
         doc = _document(pages)
         by_number = {p.page_num: p for p in pages}
         for chunk in chunk_sentence(doc, self.config(), _tokenizer()):

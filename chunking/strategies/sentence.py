@@ -10,7 +10,8 @@ to the text accumulated before it; then the page boundaries are repaired (full
 merge, else carry the trailing fragment forward), chunks are normalized, and a 10%
 semantic look-ahead overlap is appended to each chunk from the start of the next.
 
-Invariants a caller relies on:
+Invariants a caller relies on (natively; ``reference_mode`` gives the reference's
+chunks, which a join's BPE merge can take a token or so over the cap):
 
 * Every chunk that holds no figure has ``token_count <= max_tokens_per_section``
   (exact, measured on the chunk's final text). Chunks holding a figure may exceed
@@ -44,6 +45,10 @@ Where we differ from the seed's reference, on purpose:
   rest of the next page keeps its own chunk (the seed's Example 4). A carried
   fragment that makes the next chunk too large re-packs that chunk under the
   normal limits instead of overflowing it.
+* A page of only whitespace is skipped as the reference skips it, so a sentence cut by it
+  is repaired across it; and a chunk that took a whole page by a merge can take the next
+  page's start too (a sentence over three pages stays whole), where the reference holds
+  nothing for the third page to merge into.
 * The accumulator sums its sentences' counts, as the seed's does; where BPE counts
   the joined text over the cap although the sum fits (an ending merging with the
   next word: CJK text), that chunk's sentences are packed again by the joined text's
@@ -85,14 +90,26 @@ the reference's normalization (leading spaces one at a time while over the soft
 budget, then trailing whitespace when at most 3 characters over); a page's first
 chunk is merged into the previous page's last when that does not end on an ending
 character and this one starts lowercase, not with ``#`` and without a figure in
-its first 20 characters; the look-ahead overlap is computed page by page (before
+its first 20 characters, and a page whose chunks all merged so leaves nothing for the
+next page to merge into; where the whole merge does not fit, the text after the last
+ending character of the previous chunk (found in its text, so inside a figure's
+``a.png`` too, which cuts that figure) moves to the next chunk when the two, put
+together without the join's space, fit; else it is cut to the budget and then by 50
+characters (or one) until it fits, and what is cut off is dropped when it is only
+whitespace; a span longer than the soft budget is a chunk of its own and a figure after
+it stands alone; a blank piece of an oversized span is a chunk (blank accumulations
+are not); a chunk holding ``<figure`` anywhere (an unclosed tag too) is not normalized,
+and figures are ``<figure.*?</figure>``; a chunk whose summed span counts fit but whose
+joined text counts over the cap is kept as it is; the look-ahead overlap is computed page by page (before
 the next page can change a page's last chunk), from the first 10% of the next
 chunk extended one character at a time up to twice that, stopping after an ending
 or after a word break more than 20 characters past the target (else trailing
 alphanumerics dropped), appended directly and shrunk as the reference shrinks it;
 the recursive split scans the same window. Kept, because the reference loses or
-scrambles text there: cross-page carry-forward moves the whole fragment (the
-reference trims it and puts the rest before it, out of order) and the midpoint
+scrambles text there: where the reference's carry-forward would cut text (not only
+whitespace) off the fragment and put that rest before it, out of order, the native
+repair runs instead (the continuation pulled back, or the whole fragment carried and
+that chunk packed again) and the midpoint
 overlap of a boundary-less run is taken once (the reference compounds it).
 """
 
@@ -125,6 +142,9 @@ from chunking.tokenizers import EstimateTokenizer, Tokenizer, count_bound, count
 REFERENCE_OVERLAP_WORD_SLACK = 20
 
 FIGURE = re.compile(r"<figure\b.*?</figure\s*>", re.IGNORECASE | re.DOTALL)
+# The reference's pattern (reference mode): no word boundary, so ``<figures>`` or a
+# ``<figurecaption>`` opens a figure there, and the closing tag is exactly ``</figure>``.
+REFERENCE_FIGURE = re.compile(r"<figure.*?</figure>", re.IGNORECASE | re.DOTALL)
 # A line that opens a heading or list item: never glued to the previous page.
 _HEADING_START = re.compile(r"^\s*(#{1,6}\s|[-*•+]\s|\(?\d+(\.\d+)*[.)]\s|\(?[a-z][.)]\s|[ivxlc]+[.)]\s)")
 
@@ -139,8 +159,13 @@ class SentenceConfig(BaseModel):
     overflow_tolerance: float = Field(0.2, ge=0, le=1, description="Extra share of the soft budget allowed for merges and overlap.")
     semantic_overlap_percent: int = Field(10, ge=0, le=50, description="Look-ahead overlap, percent of max_section_length; 0 disables.")
     split_overlap_percent: int = Field(10, ge=0, lt=50, description="Each side of the midpoint duplicated when an oversized span has no boundary.")
-    sentence_endings: tuple[str, ...] = SENTENCE_ENDINGS
-    word_breaks: tuple[str, ...] = WORD_BREAKS
+    sentence_endings: tuple[str, ...] = Field(
+        SENTENCE_ENDINGS,
+        description="Where the recursive split of an oversized span prefers to cut. Natively, sentences, the "
+        "cross-page repair and the look-ahead overlap follow the shared segmenter instead (it knows 'Dr.' and "
+        "'0.95'); in reference_mode these characters also cut spans, end a chunk for the repair and stop the overlap.",
+    )
+    word_breaks: tuple[str, ...] = Field(WORD_BREAKS, description="Where a split or an overlap may cut when no sentence end is near.")
     estimate: bool = Field(False, description="Count ceil(chars/4) instead of exact tokens.")
     reference_mode: bool = Field(
         False,
@@ -290,18 +315,29 @@ def chunk_sentence(
         raise ValueError(f"document {doc.doc_id!r} has text but no pages: the sentence strategy works page by page")
     splitter = _Splitter(doc.text, config, EstimateTokenizer() if config.estimate else tokenizer)
     drafts: list[_Draft] = []
+    repairable = True  # whether drafts[-1] may take the start of the next page
     for index, page in enumerate(doc.pages):
+        if not page.text.strip():
+            # A blank page makes no chunk, and a sentence cut by it is still repaired
+            # across it (the reference skips such a page; an empty one was skipped already).
+            continue
         page_drafts = splitter.page_drafts(splitter.page_units(index, page.char_offset, page.char_offset + len(page.text)))
         previous = drafts[-1] if drafts else None
-        if drafts and page_drafts:
+        if drafts and page_drafts and repairable:
             splitter.repair_boundary(drafts, page_drafts)
         if config.reference_mode and page_drafts:
             # The reference overlaps page by page: the previous page's last chunk with this
             # page's first, then within the page, before the next page can change the
             # page's last chunk (a short last chunk is copied whole into the one before).
             page_drafts = [d for d in page_drafts if splitter.assemble(d)]
-            held = [drafts[-1]] if drafts and drafts[-1] is previous and splitter.assemble(previous) else []
+            held = ([drafts[-1]] if repairable and drafts and drafts[-1] is previous and splitter.assemble(previous)
+                    else [])
             splitter.add_semantic_overlap(held + page_drafts)
+        if config.reference_mode:
+            # The reference holds only a page's own last chunk for the next page's merge: after
+            # a page whose chunks all merged into the previous page's, nothing is held (natively
+            # a sentence running over three pages is repaired across both breaks).
+            repairable = bool(page_drafts)
         drafts.extend(page_drafts)
     drafts = [d for d in drafts if splitter.assemble(d)]
     if not config.reference_mode:
@@ -330,6 +366,7 @@ class _Splitter:
         # of the document instead of encoding each sentence and then each chunk.
         self.count_span = span_counter(self.tokenizer, text)
         self.any_figure = False  # set by page_units on the first figure it cuts out
+        self.figure_pattern = REFERENCE_FIGURE if config.reference_mode else FIGURE
 
     # -- counting --------------------------------------------------------------------
 
@@ -380,7 +417,7 @@ class _Splitter:
         bounds: list[int] = []  # of the spans, as sentence_bounds gives them, figures included
         figures: list[int] = []  # indexes of the figure spans
         at = start
-        for match in FIGURE.finditer(self.text, start, end):
+        for match in self.figure_pattern.finditer(self.text, start, end):
             bounds = _extend_bounds(bounds, self.sentence_bounds(at, match.start()))
             figures.append(max(len(bounds) - 1, 0))
             bounds = _extend_bounds(bounds, list(match.span()))
@@ -566,6 +603,14 @@ class _Splitter:
                 lo, chars, tokens = i + 1, 0, 0
                 continue
             size = end - start
+            if reference and size > max_chars:
+                # The reference's builder refuses it even when empty, and it is emitted
+                # alone: the builder stays empty, so a figure after it stands alone too.
+                if i > lo:
+                    groups.append((lo, i))
+                groups.append((i, i + 1))
+                lo, chars, tokens = i + 1, 0, 0
+                continue
             # Sum of span counts (the reference's too: its spans start with the whitespace
             # after an ending, which merges into the next word, so the sum is close).
             grown = tokens + count
@@ -612,6 +657,8 @@ class _Splitter:
             prev.units = prev.units + nxt.units
             del page_drafts[0]
             return
+        if self.config.reference_mode and self.carry_as_reference(drafts, page_drafts):
+            return
         fragment_at = self.fragment_start(prev.units)
         if fragment_at == 0:
             continuation = self.continuation(nxt.units)
@@ -647,6 +694,76 @@ class _Splitter:
                 return units[: i + 1]
         return []
 
+    def carry_as_reference(self, drafts: list[_Draft], page_drafts: list[_Draft]) -> bool:
+        """The reference's carry-forward (reference mode), where the whole merge did not fit.
+
+        The fragment is the previous chunk's text after its last ending character, found in
+        its text as the reference finds it (inside a figure's markup too: ``a.png``; that unit
+        is cut there). It moves to the front of the next page's first chunk when the two,
+        put together directly (without the space the join then inserts between two words),
+        fit the tolerant budget and the cap. Otherwise the reference cuts the fragment to the
+        budget and then 50 characters (or one) at a time until the count fits: where only
+        whitespace is cut off that way, it is dropped, as there. Where text would be cut off,
+        the reference inserts that rest before the next chunk, out of source order: then nothing
+        is changed here and False returned, and the native repair takes over (the continuation
+        pulled back, or the whole fragment carried, the chunk packed again if too large).
+        """
+        prev, nxt = drafts[-1], page_drafts[0]
+        units, fragment_at = self.reference_fragment(prev.units)
+        fragment, retained = units[fragment_at:], units[:fragment_at]
+        following = self.join(nxt.units)
+        whole = self.join(fragment)
+        moved = self.reference_moved_length(whole, following)
+        if moved < len(whole):
+            if whole[moved:].strip() or not self.contiguous(fragment):
+                return False  # the reference would put the cut-off rest before the chunk
+            head = fragment[0]
+            fragment = [head._replace(end=head.start + moved, tokens=self.count(whole[:moved]), figure=False, piece=False)
+                        ] if moved else []
+        prev.units = retained
+        if not retained or not self.join(retained).strip():
+            drafts.pop()
+        page_drafts[0] = _Draft(fragment + nxt.units, nxt.home)
+        return True
+
+    def reference_fragment(self, units: list[Unit]) -> tuple[list[Unit], int]:
+        """``(units, i)``: ``units[i:]`` is the text after the last ending character of the
+        joined text (the reference's ``rfind``); a unit holding that character before its
+        end (a figure's ``a.png``) is cut just after it. ``i`` is 0 without an ending."""
+        for i in range(len(units) - 1, -1, -1):
+            unit = units[i]
+            piece = self.text[unit.start : unit.end]
+            last = max((piece.rfind(ending) for ending in self.endings), default=-1)
+            if last < 0:
+                continue
+            cut = unit.start + last + 1
+            if cut >= unit.end:
+                return units, i + 1
+            head = unit._replace(end=cut, tokens=self.count(self.text[unit.start : cut]), figure=False)
+            tail = unit._replace(start=cut, tokens=self.count(self.text[cut : unit.end]), figure=False)
+            return [*units[:i], head, tail, *units[i + 1 :]], i + 1
+        return units, 0
+
+    def reference_moved_length(self, fragment: str, following: str) -> int:
+        """How much of ``fragment`` the reference moves in front of ``following``: all of it
+        when the two fit put together directly, else its cut to the budget, shortened by 50
+        characters (one when 50 or fewer are left) while the two count over the cap."""
+        limit = self.config.soft_limit
+
+        def fits(candidate: str) -> bool:
+            return len(candidate + following) <= limit and self.count(candidate + following) <= self.cap
+
+        if fits(fragment):
+            return len(fragment)
+        moved = fragment[: limit - len(following)]  # a negative budget cuts from the end, as there
+        while moved and self.count(moved + following) > self.cap:
+            moved = moved[:-50] if len(moved) > 50 else moved[:-1]
+        return len(moved)
+
+    def contiguous(self, units: list[Unit]) -> bool:
+        """Whether ``units`` are one slice of the source (joined without any space inserted)."""
+        return all(b.start == a.end and b.page == a.page for a, b in zip(units, units[1:]))
+
     def fits(self, units: list[Unit]) -> bool:
         text = self.join(units)
         tokens = self.count(text) if self.config.reference_mode else sum(u.tokens for u in units)
@@ -675,12 +792,28 @@ class _Splitter:
         if not self.config.reference_mode:
             draft.text = text.strip()
         elif not text.strip():
-            draft.text = ""
+            # The reference drops a blank accumulation, but emits a blank piece of an oversized
+            # span, or a blank span over the budget, that it appended directly.
+            draft.text = text if self.emitted_directly(draft) else ""
         else:
-            draft.text = text if self.is_figure(draft) else self.normalize(text)
+            # The reference leaves any chunk holding "<figure" as it is, a tag left open too.
+            draft.text = text if "<figure" in text.lower() else self.normalize(text)
         if draft.text:
             draft.start, draft.end = self.text_start(draft), self.text_end(draft)
         return draft.text
+
+    def emitted_directly(self, draft: _Draft) -> bool:
+        """Whether ``draft`` is one unit the reference appends as a chunk without its builder:
+        a piece of an oversized span, or a span longer than the soft budget (reference mode)."""
+        if draft._units is None:
+            if draft.hi - draft.lo != 1:
+                return False
+            start, end, piece = draft.store.starts[draft.lo], draft.store.ends[draft.lo], draft.store.pieces[draft.lo]
+        else:
+            if len(draft._units) != 1:
+                return False
+            start, end, piece = draft._units[0].start, draft._units[0].end, draft._units[0].piece
+        return piece or end - start > self.config.max_section_length
 
     def normalize(self, text: str) -> str:
         """The reference's normalization (reference mode): trim only whitespace that makes a small overflow.
@@ -971,13 +1104,15 @@ class _Splitter:
         counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
         figures = [draft.figure for draft in drafts] if self.any_figure else repeat(False)  # is_figure
-        cap, make_chunk = self.cap, self.make_chunk
+        cap, make_chunk, reference = self.cap, self.make_chunk, self.config.reference_mode
         for draft, text, tokens, verbatim_at_start, figure in zip(drafts, texts, counts, at_start, figures):
             if tokens > cap and draft.overlap:
                 # BPE made the joined text longer than the parts: give the overlap back.
                 draft.overlap = ""
                 text, tokens, verbatim_at_start = draft.text, self.count_at(draft.text, draft.start), None
-            if tokens > cap and not figure:
+            if tokens > cap and not figure and not reference:
+                # (The reference emits such a chunk as it is: its accumulator sums span counts
+                # and nothing measures the joined text again.)
                 chunks.extend(self.resplit(doc, draft))
                 continue
             chunks.append(make_chunk(doc, draft, text, tokens, figure, page_offsets, verbatim_at_start))

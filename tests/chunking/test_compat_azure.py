@@ -50,10 +50,28 @@ def test_attribute_changes_are_honoured_on_the_next_call():
     splitter = SentenceTextSplitter()
     default = list(splitter.split_pages([Page(0, 0, text)]))
     splitter.max_section_length = 300
-    assert splitter.section_overlap == 30
     smaller = list(splitter.split_pages([Page(0, 0, text)]))
     assert len(smaller) > len(default)
     assert all(len(c.text) <= 360 for c in smaller)
+
+
+def test_the_references_unread_attributes_are_plain_and_settable():
+    # The reference sets section_overlap (100) and sentence_search_limit (100) in __init__ and never
+    # reads them: code that sets them (it raised AttributeError here) gets the same chunks.
+    text = " ".join(f"Sentence {i} is a short one." for i in range(100))
+    splitter = SentenceTextSplitter()
+    assert (splitter.section_overlap, splitter.sentence_search_limit) == (100, 100)
+    splitter.max_section_length = 300
+    assert splitter.section_overlap == 100  # set once, as there
+    before = list(splitter.split_pages([Page(0, 0, text)]))
+    splitter.section_overlap, splitter.sentence_search_limit = 50, 10
+    assert list(splitter.split_pages([Page(0, 0, text)])) == before
+
+
+def test_a_page_without_text_is_blank():
+    pages = [Page(0, 0, "The procedure continues"), Page(1, 23, None), Page(2, 23, "to operate. Done.")]
+    assert [(c.page_num, c.text) for c in SentenceTextSplitter().split_pages(pages)] == [
+        (0, "The procedure continues to operate. Done.")]
 
 
 def test_split_page_by_max_tokens():

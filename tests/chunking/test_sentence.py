@@ -137,6 +137,24 @@ def test_full_merge_when_it_fits(tiktoken_tokenizer):
     assert texts_of(doc, tiktoken_tokenizer) == ["The procedure continues to operate under heavy load. Then more."]
 
 
+def test_a_blank_page_does_not_stop_the_repair_across_it(tiktoken_tokenizer):
+    # A page of whitespace makes no chunk; the sentence cut by it is repaired as across an
+    # empty page (it used to be left in two pieces: the repair was tried against the blank page).
+    expected = ["The procedure continues to operate under heavy load. Done."]
+    for blank in ("", "  \n", "\n\n\t "):
+        doc = paged("The procedure continues", blank, "to operate under heavy load. Done.")
+        assert texts_of(doc, tiktoken_tokenizer) == expected, repr(blank)
+
+
+def test_a_sentence_over_three_pages_is_repaired_across_both_breaks(tiktoken_tokenizer):
+    # Natively the merged chunk can take the next page's start too; the reference (reference_mode)
+    # holds nothing after a page that merged whole, and leaves the third page's start alone.
+    doc = paged("The procedure continues", "to operate", "under heavy load. Done.")
+    assert texts_of(doc, tiktoken_tokenizer) == ["The procedure continues to operate under heavy load. Done."]
+    assert texts_of(doc, tiktoken_tokenizer, reference_mode=True) == ["The procedure continues to operate",
+                                                                      "under heavy load. Done."]
+
+
 def test_no_merge_when_next_page_starts_a_new_sentence_or_heading(tiktoken_tokenizer):
     assert texts_of(paged("Done here", "Next page starts."), tiktoken_tokenizer) == ["Done here", "Next page starts."]
     assert texts_of(paged("Ends well.", "lower start."), tiktoken_tokenizer) == ["Ends well.", "lower start."]

@@ -211,7 +211,7 @@ def test_sentence_fast_paths_match_the_straightforward_computations(texts, cap, 
 def _reference_pack(text: str, units: list, cap: int, max_chars: int, reference: bool) -> list[list]:
     """The straightforward packing, on one ``Unit`` tuple per span (what ``_Splitter.pack``
     did before it read parallel lists): a figure closes its group (joining the text
-    before it, if any), a piece in reference mode is a group of its own, a unit that
+    before it, if any), a piece or a unit over the budget in reference mode is a group of its own, a unit that
     overlaps the previous one or passes the cap or the budget starts a new group."""
     groups, acc, chars, tokens = [], [], 0, 0
     for unit in units:
@@ -220,13 +220,15 @@ def _reference_pack(text: str, units: list, cap: int, max_chars: int, reference:
             groups.append([*acc, unit] if has_text else [unit])
             acc, chars, tokens = [], 0, 0
             continue
-        if reference and unit.piece:
+        size = unit.end - unit.start
+        # Reference mode: a piece, or a span over the budget (the reference's empty builder
+        # refuses it too), is appended as a chunk of its own and leaves the builder empty.
+        if reference and (unit.piece or size > max_chars):
             if acc:
                 groups.append(acc)
             groups.append([unit])
             acc, chars, tokens = [], 0, 0
             continue
-        size = unit.end - unit.start
         if acc and (unit.start < acc[-1].end or chars + size > max_chars or tokens + unit.tokens > cap):
             groups.append(acc)
             acc, chars, tokens = [], 0, 0
