@@ -204,18 +204,23 @@ def chunking_by_recursive_character(
     chunk_overlap_token_size: int = 100,
     separators: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """LightRAG's R: cascaded separators under ``chunk_token_size`` tokens, token overlap.
+    """LightRAG's R: LangChain's ``RecursiveCharacterTextSplitter`` under ``chunk_token_size``
+    tokens with token overlap, quirks included (``split_recursive``'s ``reference_mode``).
 
     ``separators=None`` is ``["\\n\\n", "\\n", " ", ""]``; each separator stays at the
     start of the following piece, pieces are whitespace-stripped, empty input gives
-    ``[]``. ``content[d["_source_span"]["start"]:d["_source_span"]["end"]] == d["content"]``.
+    ``[]``. The sizes are taken as LightRAG takes them, ``max(int(size), 1)`` and
+    ``max(int(overlap), 0)``; an overlap larger than the size raises LangChain's
+    ``ValueError``. ``content[d["_source_span"]["start"]:d["_source_span"]["end"]] == d["content"]``,
+    exactly (LightRAG recovers the span by searching, and can place repeated text wrong).
     """
     spans = split_recursive(
         content or "",
         tokenizer,
-        chunk_token_size,
-        chunk_overlap_token_size,
+        max(int(chunk_token_size), 1),
+        max(int(chunk_overlap_token_size), 0),
         PLAIN_SEPARATORS if separators is None else tuple(separators),
+        reference_mode=True,
     )
     return [
         {"tokens": s.tokens, "content": s.text, "chunk_order_index": i, "_source_span": {"start": s.start, "end": s.end}}

@@ -92,18 +92,36 @@ def split_recursive(
     chunk_token_size: int = 1200,
     chunk_overlap_token_size: int = 100,
     separators: Sequence[str] = CJK_SEPARATORS,
+    *,
+    reference_mode: bool = False,
 ) -> list[Span]:
     """Split ``text`` into whitespace-stripped spans of at most ``chunk_token_size`` tokens.
 
     Adjacent spans produced from the same run of pieces share at most
     ``chunk_overlap_token_size`` tokens of whole pieces; empty or all-whitespace
     input gives ``[]``.
+
+    ``reference_mode`` (what ``chunking.compat.lightrag`` runs) gives LangChain's
+    ``RecursiveCharacterTextSplitter`` output instead (keep_separator "start", token
+    length, stripped), quirks included: a piece is split further when its count *with*
+    its leading separator reaches the cap (``>=``); an occurrence of the separator at a
+    piece's start is consumed before the next is looked for (``"\n\n\n"`` stays one
+    piece at ``"\n\n"``); the empty separator cuts every character; a piece no
+    separator is left for is emitted as it is, over the cap; windows are decided by the
+    sum of their pieces' counts only, overlaps too (a chunk may count over the cap, or
+    repeat the last one); ``chunk_overlap_token_size`` may equal the size. The
+    spans and counts stay exact (the reference recovers offsets with ``str.find``).
     """
-    if chunk_overlap_token_size >= chunk_token_size:
-        raise ValueError("chunk_overlap_token_size must be smaller than chunk_token_size")
+    if reference_mode:
+        if chunk_overlap_token_size > chunk_token_size:
+            raise ValueError(f"Got a larger chunk overlap ({chunk_overlap_token_size}) than chunk size "
+                             f"({chunk_token_size}), should be smaller.")
+    elif chunk_overlap_token_size >= chunk_token_size:
+        raise ValueError(f"chunk_overlap_token_size ({chunk_overlap_token_size}) must be smaller than "
+                         f"chunk_token_size ({chunk_token_size})")
     if not text.strip():
         return []
-    splitter = _RecursiveSplitter(text, tokenizer, chunk_token_size, chunk_overlap_token_size)
+    splitter = _RecursiveSplitter(text, tokenizer, chunk_token_size, chunk_overlap_token_size, reference_mode)
     return splitter.split(0, len(text), tuple(separators))
 
 
@@ -119,11 +137,12 @@ class _RecursiveSplitter:
     in one more: per piece there is no Python-level count call.
     """
 
-    def __init__(self, text: str, tokenizer: Tokenizer, cap: int, overlap: int) -> None:
+    def __init__(self, text: str, tokenizer: Tokenizer, cap: int, overlap: int, reference: bool = False) -> None:
         self.text = text
         self.tokenizer = tokenizer
         self.cap = cap
         self.overlap = overlap
+        self.reference = reference  # LangChain's quirks (split_recursive's reference_mode)
         # Exact span counts; with tiktoken, answered from one encoding of the text
         # instead of re-encoding every piece, window and overlap.
         self.count = span_counter(tokenizer, text)
@@ -141,7 +160,11 @@ class _RecursiveSplitter:
             cut: list[tuple[_Level, list[int], tuple[str, ...]]] = []
             for node in level:
                 separator, finer = self.choose_separator(node.start, node.end, node.separators)
-                if separator == "":
+                if self.reference and separator is None:
+                    node.items.append(self.emit_whole(node.start, node.end))  # no separator occurs
+                elif self.reference and separator == "":
+                    cut.append((node, list(range(node.start, node.end + 1)), ()))  # every character
+                elif separator == "":
                     node.items.append(self.split_by_token_window(node.start, node.end))
                 else:
                     cut.append((node, self.cuts_at(node.start, node.end, separator), finer))
@@ -161,7 +184,8 @@ class _RecursiveSplitter:
                         node.items.append(_Run(starts[run:k], ends[run:k], counts[run:k], finer))
                     child = _Level(starts[k], ends[k], finer)
                     if not finer:
-                        child.items.append(self.split_by_token_window(child.start, child.end))
+                        child.items.append(self.emit_whole(child.start, child.end) if self.reference
+                                           else self.split_by_token_window(child.start, child.end))
                     else:
                         level.append(child)
                     node.items.append(child)
@@ -177,6 +201,8 @@ class _RecursiveSplitter:
         chunk of its own (chunks are stripped), so it need not be split.
         """
         cap = self.cap
+        if self.reference:
+            return [k for k, n in enumerate(counts) if n >= cap]  # LangChain keeps only pieces under the size
         over = [k for k, n in enumerate(counts) if n > cap]
         if not over:
             return over
@@ -184,12 +210,13 @@ class _RecursiveSplitter:
         stripped_counts = count_spans(self.count, [s for s, _ in stripped], [e for _, e in stripped])
         return [k for k, n in zip(over, stripped_counts) if n > cap]
 
-    def choose_separator(self, start: int, end: int, separators: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    def choose_separator(self, start: int, end: int, separators: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
         for i, sep in enumerate(separators):
             if sep == "" or self.text.find(sep, start, end) != -1:
                 return sep, separators[i + 1 :]
-        # No separator occurs: the span is one piece; the caller cuts it by tokens.
-        return "", ()
+        # No separator occurs: the span is one piece; the caller cuts it by tokens (reference
+        # mode: emits it as it is, and tells that case from "" by None).
+        return (None if self.reference else ""), ()
 
     def cuts_at(self, start: int, end: int, separator: str) -> list[int]:
         """Piece bounds of [start, end) cut before every occurrence of ``separator`` (kept at the piece start).
@@ -202,7 +229,12 @@ class _RecursiveSplitter:
         # which str.split on the whole span would not do). Leftmost non-overlapping
         # occurrences, as str.split finds them, found in place by the regex engine's
         # literal search: no copy of the span, no string per piece.
-        offset = start + 1 if self.text.startswith(separator, start) else start
+        if self.text.startswith(separator, start):
+            # The reference (re.split on the piece) consumes that occurrence first, so the next
+            # one is looked for after it: "\n\n\n" at "\n\n" is one piece there.
+            offset = start + (len(separator) if self.reference else 1)
+        else:
+            offset = start
         if len(separator) == 1 and end - offset >= _ARRAY_CUTS_MIN_CHARS:
             # A long span cut at one character ("\n" in a long paragraph): one numpy
             # comparison over its code points instead of a match object per occurrence.
@@ -228,6 +260,11 @@ class _RecursiveSplitter:
             rest = probe.rstrip()
             end = end - len(probe) + len(rest) if rest else start + len(text[start:end].rstrip())
         return start, end
+
+    def emit_whole(self, start: int, end: int) -> list[Span]:
+        """A piece as one chunk whatever its count (reference mode: nothing is left to split it)."""
+        span = self.emit(start, end)
+        return [span] if span is not None else []
 
     def emit(self, start: int, end: int, tokens: int | None = None) -> Span | None:
         start, end = self.strip(start, end)
@@ -276,11 +313,11 @@ class _RecursiveSplitter:
                 continue
             windows = next(runs)
             first, stop = item.queries
-            if any(n > q[2] for q, n in zip(queried[first:stop], counts[first:stop])):
+            if not self.reference and any(n > q[2] for q, n in zip(queried[first:stop], counts[first:stop])):
                 windows = self.windows(item, lambda s, e, budget: count(s, e) <= budget)
             for s, e in windows:
                 n = count(s, e)
-                if n > self.cap:
+                if n > self.cap and not self.reference:
                     # One piece, within the cap with its leading separator but not once
                     # stripped (" naïve" is 2 tokens, "naïve" 3): split further, as a piece
                     # over the cap is.
@@ -312,8 +349,9 @@ class _RecursiveSplitter:
                 j -= 1
                 s, e = self.strip(starts[i], ends[j - 1])
             # A window past the last one only by whitespace (its overlap, then a piece of only
-            # whitespace, which the chunk strips) is a suffix of the last chunk: nothing to add.
-            if s != e and (not out or e > out[-1][1]):
+            # whitespace, which the chunk strips) is a suffix of the last chunk: nothing to add
+            # (the reference emits it all the same).
+            if s != e and (not out or e > out[-1][1] or self.reference):
                 out.append((s, e))
             if j >= n:
                 break

@@ -76,6 +76,45 @@ def test_recursive_character_default_separators_are_the_plain_cascade():
     assert [d["content"] for d in cjk] == ["aaaa。bbbb", "。cccc。dddd"]  # separator kept at the piece start
 
 
+# LangChain's RecursiveCharacterTextSplitter (what LightRAG's R wraps) on inputs where chunkyard's
+# native recursive differs; the expected chunks are that algorithm's (its source in the search
+# index, run with these tokenizers), quirks included.
+@pytest.mark.parametrize("tokenizer, text, size, overlap, separators, expected", [
+    # A piece is measured with its leading separator, and split further at >= the size:
+    # "\n\na b c d e f g h i j" is 11 tokens (native: its 10 stripped ones fit whole).
+    ("cl100k", "Intro.\n\na b c d e f g h i j", 10, 2, None, ["Intro.", "a b c d e f g h i", "h i j"]),
+    ("char", "bb\n\nbb", 2, 0, None, ["bb", "b", "b"]),
+    # "\n\n\n" at "\n\n" is one piece (re.split consumes the first occurrence).
+    ("char", "bb\n\n\nbb", 2, 1, None, ["bb", "b", "bb"]),
+    # Windows and overlaps decided by the pieces' summed counts: a chunk can repeat the last.
+    ("char", "\n\nbb", 2, 1, None, ["b", "bb"]),
+    # No separator occurs and none is left: the piece as it is, over the size.
+    ("char", "abcdefgh", 3, 0, ["\n"], ["abcdefgh"]),
+    ("char", "abcdefgh", 3, 0, ["\n", ""], ["abc", "def", "gh"]),
+    # An overlap equal to the size is allowed.
+    ("char", "ab cd ef", 5, 5, None, ["ab cd", "ef"]),
+])
+def test_recursive_character_is_langchains_splitter(tokenizer, text, size, overlap, separators, expected):
+    tok = default_tokenizer() if tokenizer == "cl100k" else CharTokenizer()
+    out = L.chunking_by_recursive_character(tok, text, size, chunk_overlap_token_size=overlap, separators=separators)
+    assert [d["content"] for d in out] == expected
+    for d in out:
+        assert text[d["_source_span"]["start"]:d["_source_span"]["end"]] == d["content"]
+        assert d["tokens"] == len(tok.encode(d["content"]))
+
+
+def test_recursive_character_takes_its_sizes_as_lightrag_does():
+    tok = CharTokenizer()
+    # max(int(size), 1) and max(int(overlap), 0); the default overlap (100) with a size of 100 is fine.
+    assert [d["content"] for d in L.chunking_by_recursive_character(tok, "ab cd ef gh ij", 100)] == ["ab cd ef gh ij"]
+    assert [d["content"] for d in L.chunking_by_recursive_character(
+        tok, "ab cd ef gh ij", "5", chunk_overlap_token_size="2")] == ["ab cd", "ef", "gh", "ij"]
+    assert [d["content"] for d in L.chunking_by_recursive_character(
+        tok, "ab cd", 0, chunk_overlap_token_size=-3)] == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match=r"larger chunk overlap \(4\) than chunk size \(3\)"):
+        L.chunking_by_recursive_character(tok, "ab cd", 3, chunk_overlap_token_size=4)
+
+
 def test_recursive_character_empty_input():
     assert L.chunking_by_recursive_character(CharTokenizer(), "") == []
     assert L.chunking_by_recursive_character(CharTokenizer(), "   \n ") == []
