@@ -1,9 +1,9 @@
 """Asset-check logic as plain functions (unit-testable without Dagster), and the
 one place that turns their outcomes into Dagster check events.
 
-Checks run per partition. In a single-partition run they are ordinary
+Checks run per partition. In a run of one partition key they are ordinary
 ``AssetCheckResult``s, so blocking checks gate downstream steps natively. In a
-partition-range run (batched backfills, ``make run``) an ``AssetCheckResult``
+partition-range run (batched backfills, ``make run``; a range of one document too) an ``AssetCheckResult``
 cannot name a partition, so each partition's outcome is logged as its own
 ``AssetCheckEvaluation`` naming the partition and the materialization it checked
 (this run's, read back from the instance), and the step's result is an
@@ -136,7 +136,9 @@ def emit_check_results(
     names the materialization it checked (this run's), which is what makes the UI show
     it as that partition's current result rather than Missing.
     """
-    single = len(context.partition_keys) == 1
+    # A run of one partition key. A range of one (the CLI's batch of one document) is not: Dagster
+    # stores its AssetCheckResult with no partition, which the UI shows as Skipped.
+    single = context.has_partition_key
     targets = {} if single else latest_materializations(context, asset_key, list(outcomes_by_partition))
     for d in defs:
         per_partition = {

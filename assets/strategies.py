@@ -346,7 +346,8 @@ def build_strategy_assets(
         # each document's share of it follows its number of chunks.
         written = time.perf_counter()
         write_failures = chunk_store.write_documents(
-            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items, refusals))
+            to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items, refusals,
+                                                                embed_version))
         write_seconds = time.perf_counter() - written
         for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
             store_watch.add(doc_id, seconds)

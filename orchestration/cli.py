@@ -255,7 +255,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         selected = set(changes.to_process) | set(
             plan_refresh(ordered, materialized, graph_order, chunks.stale, recorded_failures(store, current, limits),
                          settled_chunks=chunks.settled, stale_embeddings=chunks.stale_embeddings,
-                         settled_embeddings=chunks.settled_embeddings))
+                         settled_embeddings=chunks.settled_embeddings, unparsed=chunks.unparsed))
 
     # A run an earlier `chunkyard run` of this host left queued or running died with it
     # (killed, crashed): marked failed, so its documents are not left to it for ever.

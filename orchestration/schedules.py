@@ -60,6 +60,7 @@ def plan_refresh(
     settled_chunks: dict[str, set[str]] | None = None,
     stale_embeddings: dict[str, set[str]] | None = None,
     settled_embeddings: dict[str, set[str]] | None = None,
+    unparsed: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, list[AssetKey]]:
     """doc_id -> assets to materialize, in graph order.
 
@@ -73,7 +74,8 @@ def plan_refresh(
     (strategy -> doc_ids, :func:`chunk_refresh`): that strategy's assets are
     not planned for them, even when never materialized (a failed run alone leaves them so).
     ``stale_embeddings`` / ``settled_embeddings`` (:func:`chunk_refresh`): the same for
-    ``embeddings_<s>`` alone, whose chunks are current.
+    ``embeddings_<s>`` alone, whose chunks are current. ``unparsed`` documents (read, not
+    parsed since: :func:`chunk_refresh`) get the whole graph.
     """
     plan: dict[str, list[AssetKey]] = {}
     for doc_id in partitions:
@@ -86,7 +88,8 @@ def plan_refresh(
         for strategy, docs in (stale_embeddings or {}).items():
             if doc_id in docs:
                 needed.add(AssetKey(f"embeddings_{strategy}"))
-        if doc_id in failures.retry or AssetKey("raw_documents") in needed or AssetKey("parsed_documents") in needed:
+        if (doc_id in failures.retry or doc_id in unparsed or AssetKey("raw_documents") in needed
+                or AssetKey("parsed_documents") in needed):
             needed = set(graph_order)
         for strategy, docs in (settled_chunks or {}).items():
             if doc_id in docs:
@@ -125,6 +128,8 @@ class ChunkRefresh(NamedTuple):
     # The same two for the embeddings of chunks that are current (an embedding refusal recorded):
     stale_embeddings: dict[str, set[str]]  # to embed again (a limit raised since, another embedder)
     settled_embeddings: dict[str, set[str]]  # would be refused the same way now: left as they are
+    # Read since their last parse, and not parsed since (a run stopped after raw_documents): every asset.
+    unparsed: frozenset[str] = frozenset()
 
 
 def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
@@ -139,13 +144,16 @@ def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
     the embedder, as the embeddings asset's code version names it): settled when it is for the
     same data version, chunk configuration and embedder and its limit would refuse it again
     (whether its run was a batch, which materialized the partition, or the document alone, which
-    failed it); otherwise only ``embeddings_<strategy>`` runs again."""
+    failed it); otherwise only ``embeddings_<strategy>`` runs again. And a document whose stored
+    vectors another embedder made (``ChunkStore.stored_embed_versions`` against ``embed_versions``)
+    has only its ``embeddings_<strategy>`` run again."""
     documents = _parsed_documents(store)
     failures = store.strategy_failures()
     settled = settled_chunk_failures(current_config_hashes, documents, failures, limits)
     stale_embeddings: dict[str, set[str]] = {}
     settled_embeddings: dict[str, set[str]] = {}
-    for strategy, refused in store.embedding_failures().items():
+    store_refusals = store.embedding_failures()
+    for strategy, refused in store_refusals.items():
         if strategy not in current_config_hashes:
             continue
         for doc_id, (sha, cfg, version, error) in refused.items():
@@ -158,6 +166,7 @@ def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
             else:
                 stale_embeddings.setdefault(strategy, set()).add(doc_id)
     stale: dict[str, set[str]] = {}
+    stored_versions = store.stored_embed_versions() if embed_versions else None
     for strategy, cfg_hash in current_config_hashes.items():
         state = store.chunk_state(strategy)
         stale[strategy] = {
@@ -166,7 +175,21 @@ def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
         }
         stale[strategy] |= set(failures.get(strategy, {})) & set(documents)
         stale[strategy] -= settled[strategy]
-    return ChunkRefresh(stale, settled, stale_embeddings, settled_embeddings)
+        # Current chunks whose vectors another embedder made (the model, its precision or the
+        # embedded context changed since): embedded again, their chunks left as they are.
+        version = (embed_versions or {}).get(strategy)
+        if version is not None and stored_versions is not None:
+            # And current chunks with no vectors at all, their embedding not refused (a run
+            # stopped between the two steps): embedded.
+            embedded = stored_versions.get(strategy, {})
+            other = {doc_id for doc_id, (sha, cfg) in state.items()
+                     if doc_id in documents and (sha, cfg) == (documents[doc_id], cfg_hash)
+                     and doc_id not in stale[strategy] and embedded.get(doc_id, set()) != {version}}
+            other -= settled_embeddings.get(strategy, set())
+            other -= set(store_refusals.get(strategy, {}))
+            if other:
+                stale_embeddings.setdefault(strategy, set()).update(other)
+    return ChunkRefresh(stale, settled, stale_embeddings, settled_embeddings, _unparsed_documents(store))
 
 
 def settled_chunk_failures(current_config_hashes: dict[str, str], documents: dict[str, str],
@@ -183,6 +206,13 @@ def settled_chunk_failures(current_config_hashes: dict[str, str], documents: dic
                    and (limits is None or would_refuse_again(error, limits))}
         for strategy, cfg_hash in current_config_hashes.items()
     }
+
+
+def _unparsed_documents(store: ChunkStore) -> frozenset[str]:
+    """The documents read since their last parse and not parsed since (status 'read' outside a
+    run: a run stopped after raw_documents recorded the new bytes)."""
+    with store.connect(read_only=True) as con:
+        return frozenset(d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status = 'read'").fetchall())
 
 
 def _parsed_documents(store: ChunkStore) -> dict[str, str]:
@@ -224,7 +254,8 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         # The tick's minute: a run key per tick and document, whatever the cron.
         stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
         for doc_id, keys in plan_refresh(partitions, materialized, graph_order, chunks.stale, failures, in_flight,
-                                         chunks.settled, chunks.stale_embeddings, chunks.settled_embeddings).items():
+                                         chunks.settled, chunks.stale_embeddings, chunks.settled_embeddings,
+                                         chunks.unparsed).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

@@ -43,7 +43,7 @@ for one key either.
 
 import re
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 STORE_MODES = ("duckdb", "ducklake")
 
@@ -98,6 +98,9 @@ CHUNK_EMBEDDINGS_DDL = """
         chunk_index   INTEGER NOT NULL,
         model_id      VARCHAR NOT NULL,     -- with text_sha256: the row of embedding_vectors
         text_sha256   VARCHAR NOT NULL,
+        -- The embedder that made it (the embeddings asset's code version: model id, precision and
+        -- embedded context): a run re-embeds a document whose vectors another embedder made.
+        embed_version VARCHAR,
         PRIMARY KEY (doc_id, strategy, chunk_index)
     )
 """
@@ -278,7 +281,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         CHUNK_EMBEDDINGS_DDL,
         """
-        INSERT INTO chunk_embeddings
+        INSERT INTO chunk_embeddings (doc_id, strategy, chunk_index, model_id, text_sha256)
         SELECT doc_id, strategy, chunk_index, model_id, text_sha256 FROM embeddings
         """,
         "DROP TABLE embeddings",
@@ -290,6 +293,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (STRATEGY_FAILURES_DDL,),
     # 4 -> 5: embedding failures are recorded (before, a refused document was never embedded again).
     4: (EMBEDDING_FAILURES_DDL,),
+    # 5 -> 6: vector references name their embedder (before, a change of model precision or embedded
+    # context left the old vectors in place). Those stored before are taken as of their model alone:
+    # a document embedded with context is embedded once more after the upgrade.
+    5: (
+        "ALTER TABLE chunk_embeddings ADD COLUMN IF NOT EXISTS embed_version VARCHAR",
+        "UPDATE chunk_embeddings SET embed_version = model_id WHERE embed_version IS NULL",
+    ),
 }
 
 # The version-1 layout of the two tables migration 1 replaces, as shipped in schema

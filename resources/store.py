@@ -76,7 +76,7 @@ CHUNK_COLUMNS = (
 )
 CHUNK_EMBEDDING_COLUMNS = (
     ("doc_id", "VARCHAR"), ("strategy", "VARCHAR"), ("chunk_index", "INTEGER"), ("model_id", "VARCHAR"),
-    ("text_sha256", "VARCHAR"),
+    ("text_sha256", "VARCHAR"), ("embed_version", "VARCHAR"),
 )
 VECTOR_COLUMNS = (("model_id", "VARCHAR"), ("text_sha256", "VARCHAR"), ("dim", "INTEGER"), ("embedding", "FLOAT[]"))
 STAGE_COST_COLUMNS = (
@@ -900,8 +900,11 @@ class ChunkStore:
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
             # Stored now: no longer failed. (A recorded embedding failure stays until vectors are stored:
-            # cleared here, a run stopped before its embeddings step would leave no trace of it.)
-            for table in ("chunks", "strategy_failures"):
+            # cleared here, a run stopped before its embeddings step would leave no trace of it.) The
+            # vector references go with the chunks they belonged to: the embeddings view pairs them
+            # with chunks by position, so a run stopped before its embeddings step paired the new
+            # chunks with the old text's vectors (chunk_refresh plans the missing ones).
+            for table in ("chunks", "strategy_failures", "chunk_embeddings"):
                 con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
                             [strategy, doc_ids])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)
@@ -942,6 +945,21 @@ class ChunkStore:
             for doc_id, strategy, sha, cfg, error in con.execute(
                     "SELECT doc_id, strategy, doc_sha256, config_hash, error FROM strategy_failures").fetchall():
                 out.setdefault(strategy, {})[doc_id] = (sha, cfg, error)
+        return out
+
+    def stored_embed_versions(self) -> dict[str, dict[str, set[str]]] | None:
+        """strategy -> doc_id -> the embedders (embed versions) its stored vector references were
+        made by: one, unless a document's vectors were stored in parts by different embedders.
+        A document without vector references of a strategy is absent. None for a schema-5 file
+        not yet opened for writing (nothing to compare with)."""
+        out: dict[str, dict[str, set[str]]] = {}
+        with self.connect(read_only=True) as con:
+            if not has_column(con, "chunk_embeddings", "embed_version"):
+                return None
+            for strategy, doc_id, versions in con.execute(
+                    "SELECT strategy, doc_id, list(DISTINCT coalesce(embed_version, model_id)) "
+                    "FROM chunk_embeddings GROUP BY ALL").fetchall():
+                out.setdefault(strategy, {})[doc_id] = set(versions)
         return out
 
     def embedding_failures(self) -> dict[str, dict[str, tuple[str, str, str, str]]]:
@@ -1061,20 +1079,24 @@ class ChunkStore:
         model_id: str,
         embedding_sets: Mapping[str, tuple[Sequence[tuple[int, str, np.ndarray]], dict[str, np.ndarray]]],
         failures: Mapping[str, tuple[str, str, str, str]] | None = None,
+        embed_version: str | None = None,
     ) -> Write:
         """The write of :meth:`replace_embeddings` for many documents (doc_id -> (rows,
         new_cache_entries)), one statement per table for them all, to run in an open transaction.
 
         ``failures``: documents of the batch whose embedding was refused (doc_id -> (doc sha256,
         config hash, embed version, error)); their rows are empty, and the refusal is recorded in
-        the same transaction. Every other document of the batch has its recorded failure cleared."""
+        the same transaction. Every other document of the batch has its recorded failure cleared.
+        ``embed_version`` (default: ``model_id``) names the embedder on each reference
+        (:meth:`stored_embed_versions`)."""
         failure_rows = [(doc_id, strategy, sha, cfg, version, error, _now())
                         for doc_id, (sha, cfg, version, error) in (failures or {}).items() if doc_id in embedding_sets]
         vectors: dict[str, np.ndarray] = {}
         for rows, new_cache_entries in embedding_sets.values():
             vectors.update({sha: v for _, sha, v in rows})
             vectors.update(new_cache_entries)
-        references = [(doc_id, strategy, i, model_id, sha)
+        version = embed_version or model_id
+        references = [(doc_id, strategy, i, model_id, sha, version)
                       for doc_id, (rows, _) in embedding_sets.items() for i, sha, _ in rows]
         doc_ids = list(embedding_sets)
 
@@ -1306,6 +1328,12 @@ def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether the connected store has ``name`` (a file of an older schema read read-only lacks newer tables)."""
     return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND database_name = "
                             "current_database()", [name]).fetchone()[0])
+
+
+def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    """Whether the connected store's ``table`` has ``column`` (as :func:`has_table`, for a column)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ? "
+                            "AND database_name = current_database()", [table, column]).fetchone()[0])
 
 
 def _sql_string(path: Path) -> str:

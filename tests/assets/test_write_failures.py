@@ -68,8 +68,8 @@ def test_vectors_the_store_refuses_fail_their_documents_check(settings, instance
 
     real = ChunkStore.replacing_embeddings
 
-    def replacing_embeddings(self, strategy, model_id, items, failures=None):
-        write = real(self, strategy, model_id, items, failures)
+    def replacing_embeddings(self, strategy, model_id, items, failures=None, embed_version=None):
+        write = real(self, strategy, model_id, items, failures, embed_version)
 
         def refusing(con):
             if "sub/beta.txt" in items:

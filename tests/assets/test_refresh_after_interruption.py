@@ -1,0 +1,64 @@
+"""A run stopped part way through a changed document leaves nothing wrong behind, and the next
+plan (`chunkyard run`, the nightly schedule) takes up exactly what is left.
+
+Before: stopped after `raw_documents`, the document (status 'read', the new bytes recorded) was
+never parsed again and stayed out of search; stopped after a chunks step, the new chunks were
+paired by position with the old text's vectors, and nothing planned their embeddings.
+"""
+
+import duckdb
+from dagster import AssetKey
+
+from orchestration.definitions import INGEST_JOB
+from tests.assets.test_embedder_changes import plan
+from tests.assets.test_time_budgets import DOCS, run
+
+from orchestration.definitions import build_project
+
+
+def run_assets(settings, instance, doc_id, *assets):
+    job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
+    return job.execute_in_process(instance=instance, partition_key=doc_id, raise_on_error=False,
+                                  asset_selection=[AssetKey(a) for a in assets])
+
+
+def mismatched_vectors(settings, doc_id):
+    """Vectors paired with a chunk of another text (the embedded text is the chunk's own here)."""
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        return con.execute("SELECT count(*) FROM current_chunks c JOIN current_embeddings e "
+                           "USING (doc_id, strategy, chunk_index) WHERE doc_id = ? AND e.text_sha256 <> c.text_sha256",
+                           [doc_id]).fetchone()[0]
+
+
+def test_stopped_after_chunking_the_old_vectors_go_and_the_embeddings_are_planned(settings, instance, docs_dir):
+    (docs_dir / "slow.txt").write_text("The first text of this document, about rivers.", encoding="utf-8")
+    settings = settings.model_copy(update={"enabled_strategies": ["recursive", "token"]})
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    (docs_dir / "slow.txt").write_text("Another text altogether, about mountains and snow.", encoding="utf-8")
+    assert run_assets(settings, instance, "slow.txt", "raw_documents", "parsed_documents",
+                      "chunks_recursive", "chunks_token").success
+    assert mismatched_vectors(settings, "slow.txt") == 0
+    planned = plan(settings, instance)
+    assert {d: [k.to_user_string() for k in keys] for d, keys in planned.items()} == {
+        "slow.txt": ["embeddings_recursive", "embeddings_token"]}
+    assert run_assets(settings, instance, "slow.txt", "embeddings_recursive", "embeddings_token").success
+    assert plan(settings, instance) == {}
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM current_embeddings WHERE doc_id = 'slow.txt'").fetchone()[0] > 0
+
+
+def test_stopped_after_reading_the_document_is_planned_whole(settings, instance, docs_dir):
+    (docs_dir / "slow.txt").write_text("The first text of this document, about rivers.", encoding="utf-8")
+    settings = settings.model_copy(update={"enabled_strategies": ["recursive"]})
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    (docs_dir / "slow.txt").write_text("Another text altogether, about mountains and snow.", encoding="utf-8")
+    assert run_assets(settings, instance, "slow.txt", "raw_documents").success
+    planned = plan(settings, instance)
+    assert list(planned) == ["slow.txt"]
+    assert planned["slow.txt"] == build_project(settings).graph_order
+    job = build_project(settings).defs.resolve_job_def(INGEST_JOB)
+    assert job.execute_in_process(instance=instance, partition_key="slow.txt", asset_selection=planned["slow.txt"]).success
+    assert plan(settings, instance) == {}
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        assert "mountains" in con.execute("SELECT string_agg(text, ' ') FROM current_chunks "
+                                          "WHERE doc_id = 'slow.txt'").fetchone()[0]
