@@ -10,7 +10,9 @@ one of them moved. ctime because a user cannot set it: a rewrite that keeps the 
 restores the mtime (``cp -p``, ``rsync -a``, ``tar -x``) and a ``chmod`` that makes an
 unreadable file readable both move it and nothing else. A content the cursor already
 holds was requested on that earlier tick (its run may not have reached the store yet),
-so it is not requested again. Run keys are ``doc_id:<data version>#<n>``, n the number
+so it is not requested again while a run of that document is queued or running; once none is
+and the store still lacks that content (the run failed or was cancelled before it stored the
+read), it is requested again. Run keys are ``doc_id:<data version>#<n>``, n the number
 of the requesting tick (kept in the cursor), which the daemon never launches twice.
 
 One owner per document run: while a CLI ingest holds the instance's run lock
@@ -35,7 +37,7 @@ from dagster import (
 
 from assets.partitions import DOCUMENTS_PARTITIONS_NAME, documents_partitions
 from orchestration.reconcile import diff_folder
-from orchestration.runlock import lock_holder
+from orchestration.runlock import documents_in_flight, lock_holder
 from resources.documents import DocumentsFolder, current_fingerprint, sidecars_stat, source_stat
 from resources.ownership import claim_for_store, store_conflict
 from resources.store import SourceRootConflict, StoreLockedError, StoreResource
@@ -131,8 +133,14 @@ def documents_sensor(
     if to_remove:
         partition_requests.append(documents_partitions.build_delete_request(to_remove))
 
-    # A content this sensor saw on an earlier tick was requested then (its run may not have stored it yet).
+    # A content this sensor saw on an earlier tick was requested then (its run may not have stored it
+    # yet), and is not requested again while a run of that document is queued or running. Once none is
+    # and the store still lacks that content (the run failed, or was cancelled, before its read was
+    # stored), it is requested again: nothing else would (the schedule does not read the folder).
     seen_sha = {doc_id: entry[0] for doc_id, entry in previous.items()}
+    waiting = [d for d, sha in changes.to_process.items() if seen_sha.get(d) == sha]
+    in_flight = (documents_in_flight(context.instance, context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
+                 if waiting else {})
     # The daemon skips a run key it has seen: a document back to an earlier version (a sidecar
     # removed again, bytes reverted) needs a new one. Numbered per requesting tick, from the
     # cursor, so a tick the daemon evaluates again after a failure asks with the same keys.
@@ -140,7 +148,7 @@ def documents_sensor(
     run_requests = [
         RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}#{serial}", asset_selection=[RAW])
         for doc_id, sha in sorted(changes.to_process.items())
-        if seen_sha.get(doc_id) != sha
+        if seen_sha.get(doc_id) != sha or doc_id not in in_flight
     ]
     if run_requests or deleted:
         context.log.info(f"{len(run_requests)} new or changed, {len(deleted)} deleted document(s)")

@@ -5,6 +5,8 @@ import json
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
+    DagsterRun,
+    DagsterRunStatus,
     DeleteDynamicPartitionsRequest,
     SkipReason,
     build_sensor_context,
@@ -23,7 +25,7 @@ def resources(settings):
     return {"documents": DocumentsFolder(root=settings.docs_root), "store": StoreResource(path=settings.db_path)}
 
 
-def evaluate(instance, resources, cursor=None):
+def evaluate(instance, resources, cursor=None, launch=True):
     context = build_sensor_context(instance=instance, cursor=cursor, resources=resources)
     result = documents_sensor(context)
     # Apply partition changes as the daemon would, so the next tick sees them.
@@ -33,6 +35,12 @@ def evaluate(instance, resources, cursor=None):
         elif isinstance(request, DeleteDynamicPartitionsRequest):
             for key in request.partition_keys:
                 instance.delete_dynamic_partition(request.partitions_def_name, key)
+    if launch:
+        # And submit the requested runs, as the daemon does: waiting for a run worker (a QUEUED
+        # run needs a code-location origin to be stored; NOT_STARTED waits the same way).
+        for request in result.run_requests:
+            instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.NOT_STARTED,
+                                        tags={"dagster/partition": request.partition_key}))
     return result
 
 
@@ -63,6 +71,24 @@ def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
     new_sha = sha256_file(docs_dir / "alpha.md")
     assert run_keys(second) == [f"alpha.md:{new_sha}"]
     assert not second.dynamic_partitions_requests  # the partition already exists
+
+
+def test_a_change_whose_run_ended_without_storing_it_is_requested_again(instance, resources, docs_dir):
+    # The run of a changed file failed (the store locked, the run cancelled) before its read was
+    # stored: once no run of it is queued or running, the next tick asks again (before, never: the
+    # cursor held the content, and the schedule does not read the folder).
+    first = evaluate(instance, resources)
+    (docs_dir / "alpha.md").write_text("# Alpha\n\nNew content.\n", encoding="utf-8")
+    second = evaluate(instance, resources, first.cursor)
+    new_sha = sha256_file(docs_dir / "alpha.md")
+    assert run_keys(second) == [f"alpha.md:{new_sha}"]
+    # Its run is waiting: not asked again.
+    assert evaluate(instance, resources, second.cursor).run_requests == []
+    for run in instance.get_runs():
+        if run.tags["dagster/partition"] == "alpha.md":
+            instance.report_run_failed(run)
+    third = evaluate(instance, resources, second.cursor)
+    assert run_keys(third) == [f"alpha.md:{new_sha}"] and third.run_requests[0].run_key != second.run_requests[0].run_key
 
 
 def _after_the_ctime_moves(path, write):

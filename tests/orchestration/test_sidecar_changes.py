@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dagster import build_sensor_context
+from dagster import DagsterRun, DagsterRunStatus, build_sensor_context
 
 from orchestration.sensors import documents_sensor
 from resources.documents import DocumentsFolder, data_version, scan_folder, sha256_file, source_fingerprint
@@ -105,6 +105,9 @@ def test_the_sensor_requests_a_run_when_only_a_sidecar_changes(instance, setting
         result = documents_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources))
         for request in result.dynamic_partitions_requests or []:
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        for request in result.run_requests:  # submitted, as the daemon does: waiting for a worker
+            instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.NOT_STARTED,
+                                        tags={"dagster/partition": request.partition_key}))
         return result, {r.partition_key: r.run_key.rsplit("#", 1)[0] for r in result.run_requests}
 
     first, runs = tick(None)
