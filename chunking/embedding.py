@@ -212,7 +212,7 @@ class SentenceTransformerEmbedder:
             self._model = SentenceTransformer(path, device=device, local_files_only=True)
         except Exception as exc:
             raise RuntimeError(
-                f"cannot load embedding model {model!r} from {path!r} without the network: {exc}"
+                f"cannot load embedding model {model!r} from {path!r} (offline, on device {device!r}): {exc}"
             ) from exc
         self._model.eval()
         self.model_id = model or DEFAULT_MODEL

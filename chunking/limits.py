@@ -37,6 +37,11 @@ __all__ = ["CONFIG_TABLE", "DocumentLimits", "LimitExceeded", "TimeBudget", "che
 
 MIB = 1024 * 1024
 CONFIG_TABLE = "limits"
+# Upper bounds, so a value no clock, rlimit or 64-bit config can hold is refused when the settings
+# are read (naming the key) instead of failing every document later with an overflow.
+MAX_SECONDS = 7 * 24 * 3600  # a week per document
+MAX_MEMORY_MB = 1024 * 1024  # 1 TiB of address space
+MAX_COUNT = 2**53 - 1  # sizes and counts: every integer a JSON number holds exactly
 
 
 def limit_key(name: str) -> str:
@@ -49,30 +54,30 @@ class DocumentLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_bytes: int = Field(50 * MIB, ge=1, description="File size (document or sidecar), checked before reading.")
-    max_chars: int = Field(5_000_000, ge=1, description="Characters of extracted text.")
-    max_blocks: int = Field(100_000, ge=1, description="Heading-level blocks of the parse.")
+    max_bytes: int = Field(50 * MIB, ge=1, le=MAX_COUNT, description="File size (document or sidecar), checked before reading.")
+    max_chars: int = Field(5_000_000, ge=1, le=MAX_COUNT, description="Characters of extracted text.")
+    max_blocks: int = Field(100_000, ge=1, le=MAX_COUNT, description="Heading-level blocks of the parse.")
     max_pages: int = Field(
-        20_000, ge=1, description="Pages of the parse (a PDF's, DOCX page breaks, a sidecar's page numbers); "
+        20_000, ge=1, le=MAX_COUNT, description="Pages of the parse (a PDF's, DOCX page breaks, a sidecar's page numbers); "
                                   "checked before the pages are built.")
-    max_chunks: int = Field(20_000, ge=1, description="Chunks one strategy may make of one document.")
+    max_chunks: int = Field(20_000, ge=1, le=MAX_COUNT, description="Chunks one strategy may make of one document.")
     max_inflated_bytes: int = Field(
-        64 * MIB, ge=1, description="Bytes one zip entry (a DOCX part) may inflate to; read as a stream, "
+        64 * MIB, ge=1, le=MAX_COUNT, description="Bytes one zip entry (a DOCX part) may inflate to; read as a stream, "
                                     "never inflated past this.")
     max_compression_ratio: int = Field(
-        200, ge=1, description="A DOCX part over 1 MiB that inflates to more than this many times its compressed "
+        200, ge=1, le=MAX_COUNT, description="A DOCX part over 1 MiB that inflates to more than this many times its compressed "
                                "size is refused before it is parsed (real parts compress 5-20:1; one paragraph "
                                "repeated ~330:1; 60 MiB of empty paragraphs, 682:1, exhaust the parse worker).")
-    parse_timeout_s: int = Field(120, ge=1, description="Wall-clock seconds for parsing one document.")
+    parse_timeout_s: int = Field(120, ge=1, le=MAX_SECONDS, description="Wall-clock seconds for parsing one document.")
     parse_memory_mb: int = Field(
-        1024, ge=128, description="Address space of the parsing worker process (RLIMIT_AS), in MiB; at least 128: "
+        1024, ge=128, le=MAX_MEMORY_MB, description="Address space of the parsing worker process (RLIMIT_AS), in MiB; at least 128: "
                                   "the worker and its parsers' libraries need ~110 MiB to parse even a small file.")
     chunk_timeout_s: int = Field(
-        300, ge=1, description="Wall-clock seconds one strategy may spend chunking one document (the semantic "
+        300, ge=1, le=MAX_SECONDS, description="Wall-clock seconds one strategy may spend chunking one document (the semantic "
                                "strategy's sentence embeddings included); checked between model batches and "
                                "when the strategy returns.")
     embed_timeout_s: int = Field(
-        300, ge=1, description="Wall-clock seconds the embeddings step may spend on one document's chunks of "
+        300, ge=1, le=MAX_SECONDS, description="Wall-clock seconds the embeddings step may spend on one document's chunks of "
                                "one strategy; checked between model batches.")
     trust_unhashed_sidecars: bool = Field(
         False, description="Use a .blocks.jsonl sidecar that declares no document_hash (off: such a sidecar "

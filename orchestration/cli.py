@@ -205,6 +205,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
     from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
+    from orchestration.settings import DEFAULT_CONFIG_FILE
     from resources.documents import current_fingerprint
     from resources.store import SourceRootConflict
 
@@ -272,6 +273,10 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
               + ", ".join(f"{doc} ({run_id[:8]})" for doc, run_id in sorted(owned.items())[:10])
               + (" ..." if len(owned) > 10 else ""), flush=True)
 
+    if not os.environ.get("CHUNKYARD_CONFIG") and not Path(DEFAULT_CONFIG_FILE).is_file():
+        # Run from another directory: said, as the defaults chunk and embed differently.
+        print(f"chunkyard: no {DEFAULT_CONFIG_FILE} in {Path.cwd()} and no CHUNKYARD_CONFIG: the library defaults",
+              flush=True)
     job = reconstructable(definitions.ingest_job)
     ingest_id = uuid.uuid4().hex  # tags every run of this command: its stage costs read back as one ingest
     tally = RunTally()
@@ -430,7 +435,8 @@ def open_store(db: str | None):
     # --db names a DuckDB file; without it, the settings' store (the file, or the [store] lake).
     store = ChunkStore(path, lake=None if db else settings.store.lake())
     if not store.exists():
-        raise CliError(f"no database at {path.resolve()} yet: run `chunkyard run --docs FOLDER` first (or pass --db)")
+        where = store.lake.describe() if store.lake is not None else f"database at {path.resolve()}"
+        raise CliError(f"no {where} yet: run `chunkyard run --docs FOLDER` first (or pass --db)")
     return store
 
 
@@ -489,7 +495,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     query = sys.stdin.read() if args.query in (None, "-") else args.query
     store = open_store(args.db)
-    with store.connect(read_only=True) as con:
+    with store.query_connection() as con:
         try:
             print(run_sql(con, query, args.max_rows, None if args.full else MAX_CELL))
         except duckdb.Error as exc:
@@ -636,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from orchestration.runlock import RunLockHeld
-    from resources.store import SourceRootConflict, StoreLockedError
+    from orchestration.settings import SettingsError
+    from resources.store import SourceRootConflict, StoreLockedError, redact_passwords
 
     args = build_parser().parse_args(argv)
     quiet_libraries()  # every verb: search/ground/eval load the model too
@@ -646,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return args.handler(args)
-    except CliError as exc:
+    except (CliError, SettingsError) as exc:
         print(f"chunkyard {args.command}: {exc}", file=sys.stderr)
         return EXIT_RUN_FAILED
     except (RunLockHeld, SourceRootConflict, StoreLockedError) as exc:
@@ -660,7 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chunkyard {args.command}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # an internal error: one line and exit 2, never a silent 0
-        print(f"chunkyard {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        # An error may quote the lake's catalog string (a connection failure does): its password is not shown.
+        print(f"chunkyard {args.command}: internal error: {type(exc).__name__}: {redact_passwords(str(exc))}",
+              file=sys.stderr)
         if os.environ.get("CHUNKYARD_DEBUG"):
             raise
         return EXIT_RUN_FAILED

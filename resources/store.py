@@ -328,10 +328,26 @@ class LakeConfig:
         return ("ducklake", *by_kind[self.catalog_kind()], *remote)
 
     def describe(self) -> str:
-        """For messages and the CLI: which lake, without any password in the libpq string."""
+        """For messages and the CLI: which lake, without any password in the catalog string."""
         endpoint = f" at {self.s3.endpoint}" if self.s3.endpoint else ""
-        return ("ducklake " + re.sub(r"password=\S+", "password=***", self.catalog)
-                + f" (data {self.data_path}{endpoint})")
+        return "ducklake " + redact_passwords(self.catalog) + f" (data {self.data_path}{endpoint})"
+
+    def catalog_file(self) -> Path | None:
+        """The catalog's local file (``sqlite:`` and ``duckdb:`` catalogs); None for PostgreSQL."""
+        kind = self.catalog_kind()
+        return None if kind == "postgres" else Path(self.catalog.removeprefix(f"{kind}:"))
+
+
+# A libpq password in either form: key=value (any case, spaces around "=", a quoted value with
+# escaped quotes) and a URI's user:password@.
+_LIBPQ_PASSWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+_URI_PASSWORD = re.compile(r"(?i)\b(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)")
+
+
+def redact_passwords(text: str) -> str:
+    """``text`` with every catalog password in it shown as ``***`` (messages, errors that quote
+    the catalog string)."""
+    return _URI_PASSWORD.sub(r"\1***\3", _LIBPQ_PASSWORD.sub(r"\1***", text))
 
 
 def lake_config(mode: str, catalog: str | None, data_path: str | None, *, s3_endpoint: str | None = None,
@@ -464,8 +480,32 @@ class ChunkStore:
         return f"database: {self.path.resolve()}" if self.lake is None else f"store: {self.lake.describe()}"
 
     def exists(self) -> bool:
-        """Whether there is a store to read (a lake is created on first connection)."""
-        return self.lake is not None or self.path.is_file()
+        """Whether there is a store to read. A lake is created on its first connection, so a lake
+        whose catalog is a local file exists when that file does (a PostgreSQL catalog is taken
+        to exist: asking would connect)."""
+        if self.lake is None:
+            return self.path.is_file()
+        catalog = self.lake.catalog_file()
+        return catalog is None or catalog.is_file()
+
+    @contextmanager
+    def query_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for a user's own SQL (``chunkyard sql``) that cannot change the store: the
+        file opened read-only, or the lake attached ``READ_ONLY`` on a connection of its own (the
+        process's shared lake connection writes)."""
+        if self.lake is None:
+            with self.connect(read_only=True) as con:
+                yield con
+            return
+        con = duckdb.connect()
+        try:
+            prepare_lake_connection(con, self.lake)
+            con.execute(f"ATTACH '{_sql_text(self.lake.attach_target())}' AS lake "
+                        f"(DATA_PATH '{_sql_text(self.lake.data_path)}', READ_ONLY)")
+            con.execute("USE lake")
+            yield con
+        finally:
+            con.close()
 
     # -- connections ----------------------------------------------------------------
 

@@ -46,7 +46,8 @@ def test_the_file_and_the_environment_set_it(tmp_path, monkeypatch):
     config.write_text("embedding_threads = 3\n", encoding="utf-8")
     monkeypatch.delenv("CHUNKYARD_EMBEDDING_THREADS", raising=False)
     assert load_settings(config).embedding_threads == 3
-    assert load_settings(tmp_path / "absent.toml").embedding_threads == "auto"
+    (tmp_path / "empty.toml").write_text("")
+    assert load_settings(tmp_path / "empty.toml").embedding_threads == "auto"
     monkeypatch.setenv("CHUNKYARD_EMBEDDING_THREADS", "1")
     assert load_settings(config).embedding_threads == 1  # the environment wins, as for the other keys
     monkeypatch.setenv("CHUNKYARD_EMBEDDING_THREADS", "lots")

@@ -13,12 +13,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
+def library_defaults(tmp_path) -> str:
+    """A configuration file that sets nothing: the library defaults (a missing one is an error)."""
+    path = tmp_path / "defaults.toml"
+    path.write_text("", encoding="utf-8")
+    return str(path)
+
+
 def run_cli(tmp_path, docs_dir, *extra, expect=0):
     env = {
         **os.environ,
         "DAGSTER_HOME": str(tmp_path / "home"),
         "CHUNKYARD_DB": str(tmp_path / "chunkyard.duckdb"),
-        "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml"),
+        "CHUNKYARD_CONFIG": library_defaults(tmp_path),
         "HF_HUB_OFFLINE": "1",
     }
     proc = subprocess.run(

@@ -379,3 +379,18 @@ def test_semantic_chunking_stops_between_blocks_of_distances_when_its_budget_run
             semantic.split_semantic(text, CharTokenizer(), embed)
     assert len(blocks) == 3  # 39 gaps in blocks of 8: stopped after the third, not at the end
     assert len(semantic.split_semantic(text, CharTokenizer(), embed)) >= 1  # no budget, no refusal
+
+
+def test_a_limit_no_clock_or_rlimit_can_hold_is_refused_when_the_settings_are_read(tmp_path):
+    # parse_timeout_s = 9999999999 failed every document with "OverflowError: timestamp too large",
+    # parse_memory_mb = 2**43 with "the parse worker failed: 1", and the failures were then settled.
+    from orchestration.settings import SettingsError, load_settings
+
+    for key, value in (("parse_timeout_s", 9_999_999_999), ("embed_timeout_s", 10**12),
+                       ("parse_memory_mb", 9_000_000_000_000), ("max_bytes", 10**30)):
+        config = tmp_path / f"{key}.toml"
+        config.write_text(f"[limits]\n{key} = {value}\n", encoding="utf-8")
+        with pytest.raises(SettingsError, match=rf"limits\.{key}: Input should be less than or equal to"):
+            load_settings(config)
+    config.write_text("[limits]\nparse_timeout_s = 604800\nparse_memory_mb = 1048576\n", encoding="utf-8")
+    assert load_settings(config).limits.parse_timeout_s == 604_800

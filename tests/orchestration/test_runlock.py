@@ -13,6 +13,13 @@ from orchestration.runlock import RunLockHeld, lock_holder, run_lock
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def library_defaults(tmp_path) -> str:
+    """A configuration file that sets nothing: the library defaults (a missing one is an error)."""
+    path = tmp_path / "defaults.toml"
+    path.write_text("", encoding="utf-8")
+    return str(path)
+
+
 def hold(home: Path) -> subprocess.Popen:
     code = f"""
         import sys
@@ -54,7 +61,7 @@ def test_a_second_cli_run_stops_before_opening_the_instance(tmp_path, docs_dir):
     home = tmp_path / "home"
     first = hold(home)
     env = {**os.environ, "DAGSTER_HOME": str(home), "CHUNKYARD_DB": str(tmp_path / "chunkyard.duckdb"),
-           "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml")}
+           "CHUNKYARD_CONFIG": library_defaults(tmp_path)}
     try:
         second = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir)],
                                 cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -79,7 +86,7 @@ def test_a_cli_run_on_a_second_folder_stops_before_writing(tmp_path, docs_dir):
     store = ChunkStore(db)
     store.record_read("alpha.md", str(first_root), "alpha.md", "sha-first", 5)
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "CHUNKYARD_DB": str(db),
-           "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml")}
+           "CHUNKYARD_CONFIG": library_defaults(tmp_path)}
     second = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir)],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 3, second.stdout + second.stderr
@@ -99,7 +106,7 @@ def test_a_second_database_on_the_same_instance_stops_before_writing(tmp_path, d
     import shutil
 
     home, data = tmp_path / "home", tmp_path / "data"
-    env = {**os.environ, "DAGSTER_HOME": str(home), "CHUNKYARD_CONFIG": str(tmp_path / "absent.toml")}
+    env = {**os.environ, "DAGSTER_HOME": str(home), "CHUNKYARD_CONFIG": library_defaults(tmp_path)}
     first = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", "--docs", str(docs_dir)],
                            cwd=REPO_ROOT, env={**env, "CHUNKYARD_DB": str(data / "chunkyard.duckdb")},
                            capture_output=True, text=True, timeout=600)

@@ -78,11 +78,10 @@ def test_plan_refresh_leaves_documents_in_flight_to_their_run():
 
 def test_schedule_cron_setting_reaches_the_schedule_and_is_validated(settings, monkeypatch, tmp_path):
     import pytest
-    from pydantic import ValidationError
 
     from orchestration.definitions import build_project
     from orchestration.schedules import NIGHTLY_CRON
-    from orchestration.settings import load_settings
+    from orchestration.settings import SettingsError, load_settings
 
     def nightly_cron(project_settings) -> str:
         return build_project(project_settings).defs.resolve_schedule_def("nightly_refresh").cron_schedule
@@ -100,7 +99,9 @@ def test_schedule_cron_setting_reaches_the_schedule_and_is_validated(settings, m
 
     for bad in ("61 * * * *", "every night", "* * * *"):
         monkeypatch.setenv("CHUNKYARD_SCHEDULE_CRON", bad)
-        with pytest.raises(ValidationError, match=r"schedule_cron \(CHUNKYARD_SCHEDULE_CRON\): .* is not a cron string"):
+        # One line naming the key and the variable that set it (SettingsError, a ValueError).
+        with pytest.raises(SettingsError, match=r"^[^\n]*chunkyard.toml: schedule_cron \(CHUNKYARD_SCHEDULE_CRON\): "
+                                                r"'[^']*' is not a cron string[^\n]*$"):
             load_settings(config)
 
 
@@ -143,3 +144,37 @@ def test_run_batch_follows_the_backfill_range_size_unless_given(monkeypatch):
     for bad in ("0", "-3", "x"):
         with pytest.raises(SystemExit):
             parse(["run", "--batch", bad])
+
+
+def test_a_named_configuration_file_must_exist(tmp_path, monkeypatch, capsys):
+    # A typo in CHUNKYARD_CONFIG silently ran everything under the library defaults (and re-chunked
+    # and re-embedded the whole folder): now an error naming the file, before anything runs.
+    import pytest
+
+    from orchestration.cli import main
+    from orchestration.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="no configuration file at .*rec100.tom$"):
+        load_settings(tmp_path / "rec100.tom")
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(tmp_path / "rec100.tom"))
+    with pytest.raises(SettingsError, match="^CHUNKYARD_CONFIG: no configuration file at"):
+        load_settings()
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err.strip() == (f"chunkyard status: CHUNKYARD_CONFIG: no configuration file at "
+                                               f"{tmp_path / 'rec100.tom'}")
+
+
+def test_an_unknown_device_or_encoding_is_refused_when_the_settings_are_read(tmp_path):
+    # Both loaded, then failed every chunk and embedding step (the device blamed on the network).
+    import pytest
+
+    from orchestration.settings import SettingsError, load_settings
+
+    config = tmp_path / "c.toml"
+    config.write_text('embedding_device = "gpu"\ntokenizer_encoding = "nope"\n', encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"tokenizer_encoding: 'nope' is not a tiktoken encoding; known: "
+                                            r".*cl100k_base.*; embedding_device: 'gpu' is not a device"):
+        load_settings(config)
+    config.write_text('embedding_device = "cuda:1"\ntokenizer_encoding = "o200k_base"\n', encoding="utf-8")
+    settings = load_settings(config)
+    assert (settings.embedding_device, settings.tokenizer_encoding) == ("cuda:1", "o200k_base")

@@ -95,6 +95,37 @@ def test_a_sqlite_catalog_holds_a_lake_on_one_machine(tmp_path):
     assert (tmp_path / "meta.sqlite").is_file()
 
 
+def test_user_sql_cannot_change_a_lake_and_a_missing_catalog_is_not_created(tmp_path):
+    # `chunkyard sql` is read-only in both modes (in lake mode DELETE / CREATE / DROP ran and
+    # printed "ok", and the next run saw nothing to do); `status` of a lake whose catalog file is
+    # not there says so instead of creating it.
+    lake = LakeConfig(catalog=f"sqlite:{tmp_path}/meta.sqlite", data_path=str(tmp_path / "data"))
+    store = ChunkStore(tmp_path / "x.duckdb", lake=lake)
+    assert not store.exists()
+    store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
+    assert store.exists()
+    with store.query_connection() as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+        for statement in ("DELETE FROM documents", "CREATE TABLE zzz (a INTEGER)", "DROP TABLE chunks"):
+            with pytest.raises(duckdb.Error, match="read-only"):
+                con.execute(statement)
+    assert store.document("a.txt")["status"] == "read"
+    typo = ChunkStore(tmp_path / "x.duckdb", lake=LakeConfig(catalog=f"sqlite:{tmp_path}/meta.sqlit",
+                                                            data_path=str(tmp_path / "data")))
+    assert not typo.exists() and not (tmp_path / "meta.sqlit").exists()
+
+
+def test_catalog_passwords_are_never_shown():
+    from resources.store import redact_passwords
+
+    for catalog in ("postgres:host=h dbname=d user=u password=s3cr3t", "host=h password = s3cr3t dbname=d",
+                    "postgres:host=h PASSWORD='s3 cr\\'3t' dbname=d", "postgresql://u:s3cr3t@h:5432/d",
+                    "postgres://u:s3cr3t@h/d?sslmode=require"):
+        shown = LakeConfig(catalog=catalog if "://" not in catalog else "postgres:" + catalog, data_path="/d").describe()
+        assert "s3" not in shown.replace("s3://", "") and "cr" not in shown and "***" in shown, shown
+        assert "s3cr3t" not in redact_passwords(f'IO Error: could not connect to "{catalog}"')
+
+
 # -- many writers, one lake ----------------------------------------------------------------
 
 WRITER = """
