@@ -225,6 +225,11 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     if claims:
         claim_instance_and_outputs(home, store_resource.path, outputs)
     store.forget_strategy_failures(list(definitions.project.config_hashes))
+    if args.prune:
+        pruned = store.prune_strategies(list(definitions.project.config_hashes))
+        if pruned:
+            print("chunkyard: removed the rows of strategies no longer configured: "
+                  + ", ".join(f"{name} ({n} chunks)" for name, n in sorted(pruned.items())), flush=True)
     instance = DagsterInstance.get()
 
     sources = folder.scan()
@@ -441,6 +446,7 @@ def open_store(db: str | None):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from orchestration.settings import load_settings
     from orchestration.status import cost_comparison, document_rows, format_documents, format_status, stored_status
 
     store = open_store(args.db)
@@ -452,7 +458,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(format_documents(document_rows(con), store.location()))
             return 0
         folders = stored_status(con)
-    print(format_status(folders, store.location()))
+    configured = None if args.db else load_settings().configured_names()  # --db: another database's
+    print(format_status(folders, store.location(), configured))
     return 0
 
 
@@ -558,6 +565,8 @@ not finished is not stored."""
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docs", help="documents folder (default: settings docs_root, examples/docs)")
     p.add_argument("--force", action="store_true", help="re-run every document, not only what changed")
+    p.add_argument("--prune", action="store_true",
+                   help="remove the stored chunks and vectors of strategies the configuration no longer has")
     p.add_argument("--batch", type=positive_int, default=None,
                    help="documents per run (default: CHUNKYARD_DOCUMENTS_PER_RUN, else 25: the backfill range size)")
     p.add_argument("--progress", choices=["auto", "bar", "plain", "none"], default="auto",

@@ -268,10 +268,14 @@ class Settings(BaseModel):
             variant_instance(name, variant)  # raises a ValueError naming the key
         return self
 
+    def configured_names(self) -> list[str]:
+        """The names of the enabled strategies and the variants: what the store should hold."""
+        return [*(self.enabled_strategies if self.enabled_strategies is not None else strategy_names()),
+                *self.variants]
+
     @model_validator(mode="after")
     def _search_within_is_a_strategy(self) -> "Settings":
-        names = [*(self.enabled_strategies if self.enabled_strategies is not None else strategy_names()),
-                 *self.variants]
+        names = self.configured_names()
         if self.search_within is not None and self.search_within not in names:
             raise ValueError(f"search_within: {self.search_within!r} is not an enabled strategy or variant; "
                              f"one of: {', '.join(names)}")

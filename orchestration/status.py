@@ -116,8 +116,10 @@ def format_documents(rows: Sequence[DocumentRow], location: str) -> str:
     return f"{location}\n{table}"
 
 
-def format_status(folders: Sequence[FolderStatus], location: str) -> str:
-    """``location``: the store's line (``ChunkStore.location()``: the database file, or the lake)."""
+def format_status(folders: Sequence[FolderStatus], location: str, configured: Sequence[str] | None = None) -> str:
+    """``location``: the store's line (``ChunkStore.location()``: the database file, or the lake).
+    ``configured``: the strategies and variants of the configuration; a stored one not among them
+    is marked (its rows stay until ``chunkyard run --prune``)."""
     if not folders:
         return f"{location}\nnothing stored yet (chunkyard run --docs FOLDER)"
     lines = [location]
@@ -125,9 +127,14 @@ def format_status(folders: Sequence[FolderStatus], location: str) -> str:
         docs = ", ".join(f"{n} {status}" for status, n in sorted(folder.documents.items())) or "none"
         lines.append(f"\nfolder {folder.source_root or '(unknown)'}: {sum(folder.documents.values())} documents ({docs})")
         if folder.strategies:
-            rows = [(name, *figures) for name, figures in sorted(folder.strategies.items())]
+            unconfigured = sorted(set(folder.strategies) - set(configured)) if configured is not None else []
+            rows = [(name + (" (not configured)" if name in unconfigured else ""), *figures)
+                    for name, figures in sorted(folder.strategies.items())]
             table = format_table(["strategy", "documents", "chunks", "embeddings", "max tokens"], rows)
             lines += ["  " + line for line in table.splitlines()]
+            if unconfigured:
+                lines.append(f"  not in the configuration, kept from an earlier one: {', '.join(unconfigured)} "
+                             f"(search names them only with --strategy; `chunkyard run --prune` removes them)")
         if folder.failed:
             lines.append(f"  failed documents ({len({doc_id for doc_id, _ in folder.failed})}; one line per failure):")
             lines += [f"    {doc_id}  {cause}" for doc_id, cause in folder.failed]

@@ -951,6 +951,22 @@ class ChunkStore:
 
         return write
 
+    def prune_strategies(self, strategies: Sequence[str]) -> dict[str, int]:
+        """Remove every row of the strategies not in ``strategies`` (those configured): their chunks,
+        vector references and failures (the vectors stay: ``embedding_vectors`` is a cache). Returns
+        strategy -> the chunks removed."""
+        keep = list(strategies)
+        with self.connect(read_only=True) as con:
+            counts = dict(con.execute("SELECT strategy, count(*) FROM chunks WHERE NOT list_contains(?::VARCHAR[], "
+                                      "strategy) GROUP BY 1", [keep]).fetchall())
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            for table in ("chunk_embeddings", "chunks", "strategy_failures", "embedding_failures"):
+                con.execute(f"DELETE FROM {table} WHERE NOT list_contains(?::VARCHAR[], strategy)", [keep])
+
+        self.write_transaction(write)
+        return counts
+
     def forget_strategy_failures(self, strategies: Sequence[str]) -> None:
         """Drop the recorded failures of every strategy not in ``strategies`` (those configured):
         a strategy removed from the configuration has nothing left to retry or list."""

@@ -173,10 +173,14 @@ class SearchIndex:
         context_chars: int = 200,
         lock_timeout_s: float = 30.0,
         lake=None,
+        configured: Sequence[str] | None = None,
     ) -> None:
-        """``lake``: a ``resources.store.LakeConfig`` to read instead of the file at ``db_path``."""
+        """``lake``: a ``resources.store.LakeConfig`` to read instead of the file at ``db_path``.
+        ``configured``: the strategies of the configuration; a search of every strategy leaves out
+        one stored from an earlier configuration (named explicitly, it is searched)."""
         if vector_index not in VECTOR_INDEXES:
             raise SearchError(f"vector_index must be one of {VECTOR_INDEXES}, not {vector_index!r}")
+        self.configured = None if configured is None else frozenset(configured)
         self.db_path = Path(db_path)
         self.model_id = model_id
         self.embed = embed
@@ -316,9 +320,9 @@ class SearchIndex:
     # -- queries --------------------------------------------------------------------
 
     def strategies(self, *, refresh: bool = True) -> list[str]:
-        """The strategies with embedded chunks for this model."""
+        """The strategies with embedded chunks for this model (of the configured ones, when given)."""
         self.refresh() if refresh else self._ensure_built()
-        return list(self._built.tables)
+        return [name for name in self._built.tables if self.configured is None or name in self.configured]
 
     def search(
         self,
@@ -473,7 +477,13 @@ class SearchIndex:
         if not tables:
             raise SearchError(f"no embedded chunks for model {self.model_id!r} in {self.db_path}")
         if strategy is None:
-            return dict(tables)
+            if self.configured is None:
+                return dict(tables)
+            current = {name: table for name, table in tables.items() if name in self.configured}
+            if not current:
+                raise SearchError(f"no embedded chunks of a configured strategy for model {self.model_id!r}; stored "
+                                  f"from an earlier configuration: {sorted(tables)} (name one with --strategy)")
+            return current
         if strategy not in tables:
             raise SearchError(f"no embedded chunks of strategy {strategy!r}; searchable: {sorted(tables)}")
         return {strategy: tables[strategy]}
@@ -717,5 +727,5 @@ def open_index(settings, *, vector_index: str = "exact") -> SearchIndex:
     )
     return SearchIndex(
         settings.db_path, resource.model_id, embed=lambda texts: resource.get_embedder().embed(texts),
-        vector_index=vector_index, lake=settings.store.lake(),
+        vector_index=vector_index, lake=settings.store.lake(), configured=settings.configured_names(),
     )

@@ -382,3 +382,21 @@ def test_a_failed_eval_step_is_reported_without_dagsters_wrappers():
         description = "eval set line 3: not JSON"
 
     assert step_failure_message(Failed(wrapped, Described())) == "eval set line 3: not JSON"
+
+
+def test_a_strategy_no_longer_configured_is_marked_left_out_of_search_and_pruned(ingested, monkeypatch, capsys,
+                                                                              tmp_path):
+    # Its rows were listed by status as current and searched for ever; --force did not remove them.
+    config, settings = ingested
+    text = config.read_text(encoding="utf-8")
+    assert "[variants.rec_small]" in text
+    smaller = tmp_path / "without-rec-small.toml"
+    smaller.write_text(text.replace("[variants.rec_small]", "[variants.rec_gone]"), encoding="utf-8")
+    monkeypatch.setenv("CHUNKYARD_CONFIG", str(smaller))
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "rec_small (not configured)" in out and "not in the configuration, kept from an earlier one: rec_small" in out
+    assert main(["search", "fish market dawn", "--json", "-k", "1"]) == 0
+    assert "rec_small" not in {h["strategy"] for h in json.loads(capsys.readouterr().out)}
+    assert main(["search", "fish market dawn", "--json", "-k", "1", "--strategy", "rec_small"]) == 0
+    assert {h["strategy"] for h in json.loads(capsys.readouterr().out)} == {"rec_small"}

@@ -416,3 +416,20 @@ def test_strategy_failures_are_replaced_cleared_when_stored_and_forgotten_with_t
     store.record_strategy_failures("recursive", {"a.txt": ("sha", "cfg", "x")})
     store.delete_document("a.txt")
     assert store.strategy_failures() == {}
+
+
+def test_prune_removes_only_the_strategies_no_longer_configured(store):
+    from chunking.model import Chunk
+
+    store.record_read("a.txt", ROOT, "a.txt", "sha", 3)
+    chunk = Chunk(text="abc", token_count=1, char_start=0, char_end=3)
+    for strategy in ("recursive", "gone"):
+        store.replace_chunks("a.txt", strategy, [chunk, chunk], config_hash="cfg", doc_sha256="sha")
+        store.replace_embeddings("a.txt", strategy, MODEL, [(0, "h0", np.ones(2)), (1, "h0", np.ones(2))], {})
+    store.record_strategy_failures("gone", {"a.txt": ("sha", "cfg", "refused")})
+    assert store.prune_strategies(["recursive"]) == {"gone": 2}
+    assert query(store, "SELECT DISTINCT strategy FROM chunks") == [("recursive",)]
+    assert query(store, "SELECT DISTINCT strategy FROM embeddings") == [("recursive",)]
+    assert store.strategy_failures() == {}
+    assert store.cached_embeddings(MODEL, ["h0"])  # the vectors stay: a cache
+    assert store.prune_strategies(["recursive"]) == {}
