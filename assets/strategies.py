@@ -179,6 +179,7 @@ def build_strategy_assets(
         store: StoreResource,
         documents: DocumentsFolder,
     ) -> Iterator[object]:
+        step_started = time.perf_counter()
         chunk_store = store.store()
         tok = tokenizer.get_tokenizer()
         embedder = embedding.get_embedder() if spec.needs_embedder else None
@@ -193,6 +194,7 @@ def build_strategy_assets(
         to_write: dict[str, tuple] = {}  # doc_id -> (chunks, doc sha256, vectors from chunking)
         seeded: dict[str, int] = {}  # doc_id -> vectors this strategy's chunking added to the cache
         failed: dict[str, str] = {}  # doc_id -> its sha256: chunks not made or not stored
+        failed_seconds = 0.0  # spent on documents whose chunks were not made or not stored
         limits = documents.document_limits()
         # Read once for the step (in lake mode every query costs catalog round trips).
         parses = chunk_store.load_parsed_of(context.partition_keys)
@@ -223,6 +225,7 @@ def build_strategy_assets(
                     context.log.debug(f"{strategy_name} on {doc_id}:\n{''.join(traceback.format_exception(exc))}")
                 metadata[doc_id] = {"error": errors[doc_id]}
                 failed[doc_id] = doc.sha256
+                failed_seconds += time.perf_counter() - started  # its own, not the others' overhead
                 continue
             # The vectors this strategy already computed for whole chunk texts go to the cache,
             # so the embeddings step counts them as hits; the run report adds them up.
@@ -234,7 +237,7 @@ def build_strategy_assets(
         write_failures = chunk_store.write_documents(
             to_write, _chunks_write_of(chunk_store, strategy_name, cfg_hash, embedding.model_id, seeded))
         store_share = share_out(time.perf_counter() - written, {d: len(computed[d][1]) for d in computed})
-        costs: list[StageCost] = []
+        own_seconds: dict[str, float] = {}  # chunking, storing and checking one document
         for doc_id, (doc, chunks, compute_seconds) in computed.items():
             if doc_id in write_failures:
                 exc = write_failures[doc_id]
@@ -244,8 +247,18 @@ def build_strategy_assets(
                 metadata[doc_id] = {"error": errors[doc_id]}
                 failed[doc_id] = doc.sha256
                 continue
+            checked = time.perf_counter()
             outcomes[doc_id] = chunk_outcomes(doc.text, chunks, cap, spec.atomic_markup)
-            cost = StageCost(doc_id, "chunk", strategy_name, compute_seconds + store_share[doc_id], store_share[doc_id])
+            own_seconds[doc_id] = compute_seconds + store_share[doc_id] + time.perf_counter() - checked
+        # What the step did for no document in particular (loading the model, the tokenizer, the
+        # parses) is shared equally, so the documents' seconds of one step add up to its work.
+        failed_seconds += sum(computed[d][2] + store_share[d] for d in write_failures if d in computed)
+        overhead = share_out(max(time.perf_counter() - step_started - sum(own_seconds.values()) - failed_seconds, 0.0),
+                             dict.fromkeys(own_seconds, 1.0))
+        costs: list[StageCost] = []
+        for doc_id, seconds in own_seconds.items():
+            doc, chunks, _ = computed[doc_id]
+            cost = StageCost(doc_id, "chunk", strategy_name, seconds + overhead[doc_id], store_share[doc_id])
             costs.append(cost)
             from_chunking = {"vectors_from_chunking": seeded.get(doc_id, 0)} if reuse_vectors else {}
             metadata[doc_id] = {**chunk_metadata([c.token_count for c in chunks]), **cost.metadata(), **from_chunking}

@@ -62,3 +62,30 @@ def test_stopped_after_reading_the_document_is_planned_whole(settings, instance,
     with duckdb.connect(settings.db_path, read_only=True) as con:
         assert "mountains" in con.execute("SELECT string_agg(text, ' ') FROM current_chunks "
                                           "WHERE doc_id = 'slow.txt'").fetchone()[0]
+
+
+def test_a_chunk_steps_work_for_no_document_in_particular_is_shared_among_its_documents(
+        settings, instance, docs_dir, monkeypatch):
+    # Loading the tokenizer (or semantic's model) and the parses was counted nowhere: a step of 9 s
+    # recorded 0.65 s. Now the documents' seconds of a step add up to at least that work.
+    import time
+
+    from resources.tokenizer import TokenizerResource
+
+    real = TokenizerResource.get_tokenizer
+
+    def slow_to_load(self):
+        time.sleep(1.0)
+        return real(self)
+
+    monkeypatch.setattr(TokenizerResource, "get_tokenizer", slow_to_load)
+    (docs_dir / "slow.txt").write_text("A third document.", encoding="utf-8")
+    settings = settings.model_copy(update={"enabled_strategies": ["recursive"]})
+    result = run(settings, instance, "alpha.md", "sub/beta.txt")
+    assert result.success
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        rows = dict(con.execute("SELECT doc_id, seconds FROM stage_costs WHERE run_id = ? AND stage = 'chunk'",
+                                [result.run_id]).fetchall())
+    assert set(rows) == set(DOCS)
+    assert sum(rows.values()) >= 1.0
+    assert min(rows.values()) >= 1.0 / len(DOCS) - 0.01  # shared equally
