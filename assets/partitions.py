@@ -4,6 +4,8 @@ import os
 
 from dagster import BackfillPolicy, DynamicPartitionsDefinition
 
+from orchestration.errors import SettingsError
+
 DOCUMENTS_PARTITIONS_NAME = "documents"
 documents_partitions = DynamicPartitionsDefinition(name=DOCUMENTS_PARTITIONS_NAME)
 
@@ -28,7 +30,7 @@ def documents_per_run(value: str | None) -> int:
     except ValueError:
         size = 0
     if size < 1:
-        raise ValueError(f"{DOCUMENTS_PER_RUN_ENV}={value!r}: expected a positive number of documents per run")
+        raise SettingsError(f"{DOCUMENTS_PER_RUN_ENV}={value!r}: expected a positive number of documents per run")
     return size
 
 

@@ -650,8 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from orchestration.errors import SettingsError
     from orchestration.runlock import RunLockHeld
-    from orchestration.settings import SettingsError
     from resources.store import SourceRootConflict, StoreLockedError, redact_passwords
 
     args = build_parser().parse_args(argv)

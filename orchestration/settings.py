@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from dagster._utils.schedules import is_valid_cron_string  # what ScheduleDefinition checks
+from orchestration.errors import SettingsError  # noqa: F401 - raised here, caught by the CLI
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 
 from chunking.embedding import DEFAULT_MODEL, SentenceTransformerEmbedder
@@ -411,6 +412,3 @@ def _error_line(error: dict) -> str:
     message = error["msg"].removeprefix("Value error, ")
     return message if key and message.startswith(key) else f"{where}: {message}"  # some name their key already
 
-
-class SettingsError(ValueError):
-    """The configuration cannot be used: which file or key, and why, on one line."""
