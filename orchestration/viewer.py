@@ -15,8 +15,8 @@ Every piece of document text and every name is HTML-escaped: documents are
 hostile input. The page's only script is the constant below (hover highlight).
 
 :func:`viewer_path` says where ``chunkyard show`` writes a document's page by
-default, and :func:`write_viewer` writes it from the store; the Dagster assets
-call both to link the page from a partition's metadata.
+default, and :func:`write_viewer` writes it from the store (only on demand: no asset
+writes pages); deleting a document from the store removes its page there.
 """
 
 from __future__ import annotations

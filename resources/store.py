@@ -899,7 +899,7 @@ class ChunkStore:
         }
 
     def delete_document(self, doc_id: str) -> None:
-        """Remove every row of a document, then its exported sidecars.
+        """Remove every row of a document, then its exported sidecars and its viewer page.
 
         The vectors stay (``embedding_vectors`` is content-addressed: the same text
         elsewhere, or back later, embeds nothing). The rows go first: a failure
@@ -914,6 +914,10 @@ class ChunkStore:
         if self.sidecar_dir is not None:
             for sidecar in sidecar_paths(doc_id, self.sidecar_dir):
                 sidecar.unlink(missing_ok=True)
+        # And its viewer page where `chunkyard show` writes it by default: it holds the whole text.
+        from orchestration.viewer import viewer_path
+
+        viewer_path(self.path, doc_id).unlink(missing_ok=True)
 
     # -- chunks ---------------------------------------------------------------------
 

@@ -174,6 +174,11 @@ def test_deleted_file_loses_its_partition_and_every_row(instance, resources, set
             "INSERT INTO chunks VALUES ('alpha.md', 'recursive', 0, 'text', 'h', 1, 0, 4, 0, 0, [], [], true, "
             "'{}', 'cfg', 'sha')"
         )
+    from orchestration.viewer import viewer_path
+
+    page = viewer_path(store.path, "alpha.md")  # where `chunkyard show alpha.md` writes the whole text
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("<html>text</html>", encoding="utf-8")
     (docs_dir / "alpha.md").unlink()
     second = evaluate(instance, resources, first.cursor)
     assert second.run_requests == []
@@ -185,6 +190,7 @@ def test_deleted_file_loses_its_partition_and_every_row(instance, resources, set
             assert con.execute(f"SELECT count(*) FROM {table} WHERE doc_id = 'alpha.md'").fetchone()[0] == 0
     assert "alpha.md" not in json.loads(second.cursor)["docs"]
     assert not any(path.exists() for path in sidecars)
+    assert not page.exists()
 
 
 def test_empty_cursor_is_seeded_from_stored_hashes(instance, resources, settings, docs_dir):
