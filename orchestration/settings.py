@@ -50,7 +50,7 @@ from chunking.limits import DocumentLimits
 from chunking.strategies import StrategySpec, get_strategy, strategy_names
 from orchestration.schedules import NIGHTLY_CRON
 from resources.embedding import parse_threads
-from resources.store import LakeConfig, lake_config
+from resources.store import LakeConfig, lake_config, s3_options
 from search.context import EmbedContext
 
 SCHEDULE_CRON_ENV = "CHUNKYARD_SCHEDULE_CRON"
@@ -89,9 +89,17 @@ class StoreSettings(BaseModel):
         if self.mode == "ducklake" and self.data_path and "://" not in self.data_path:
             self.data_path = str(Path(self.data_path).resolve())
         for kind in ("sqlite:", "duckdb:"):
-            if self.mode == "ducklake" and self.catalog and self.catalog.startswith(kind):
+            if self.mode == "ducklake" and self.catalog and self.catalog.startswith(kind) and self.catalog[len(kind):].strip():
                 self.catalog = kind + str(Path(self.catalog.removeprefix(kind)).resolve())
         self.lake()  # raises a ValueError naming what is missing
+        if self.mode == "duckdb":
+            # Not used in this mode, but kept for a switch back to the lake: still checked, so a value
+            # that could never work (catalog = "bogus", s3_url_style = "virtual") is said now.
+            if self.catalog is not None:
+                LakeConfig(catalog=self.catalog, data_path=self.data_path or ".").catalog_file()
+            if any(v is not None for v in (self.s3_endpoint, self.s3_url_style, self.s3_use_ssl, self.s3_region)):
+                s3_options(self.data_path if (self.data_path or "").startswith("s3://") else "s3://unused/",
+                           self.s3_endpoint, self.s3_url_style, self.s3_use_ssl, self.s3_region)
         return self
 
     def lake(self) -> LakeConfig | None:
@@ -208,6 +216,30 @@ class Settings(BaseModel):
         if not is_valid_cron_string(value):
             raise ValueError(f"schedule_cron ({SCHEDULE_CRON_ENV}): {value!r} is not a cron string; "
                              "expected five fields such as '0 2 * * *' (02:00 UTC every day) or '*/15 * * * *'")
+        return value
+
+    @model_validator(mode="after")
+    def _max_workers_not_below_workers(self) -> "Settings":
+        # It was raised to the worker count without a word.
+        if (self.embedding_workers is not None and self.embedding_max_workers is not None
+                and self.embedding_max_workers < self.embedding_workers):
+            raise ValueError(f"embedding_max_workers ({self.embedding_max_workers}) is below embedding_workers "
+                             f"({self.embedding_workers}): the most threads cannot be fewer than the first")
+        return self
+
+    @field_validator("enabled_strategies")
+    @classmethod
+    def _registered_once(cls, value: list[str] | None) -> list[str] | None:
+        # A duplicate crashed Dagster ("Duplicate asset key"), an unknown name with a bare KeyError.
+        if value is None:
+            return value
+        known = strategy_names()
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise ValueError(f"enabled_strategies: {unknown} not registered; one of: {', '.join(known)}")
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"enabled_strategies: {repeated} named more than once")
         return value
 
     @field_validator("embedding_device")

@@ -335,7 +335,12 @@ class LakeConfig:
     def catalog_file(self) -> Path | None:
         """The catalog's local file (``sqlite:`` and ``duckdb:`` catalogs); None for PostgreSQL."""
         kind = self.catalog_kind()
-        return None if kind == "postgres" else Path(self.catalog.removeprefix(f"{kind}:"))
+        if kind == "postgres":
+            return None
+        name = self.catalog.removeprefix(f"{kind}:")
+        if not name.strip():
+            raise ValueError(f"store catalog {self.catalog!r}: a {kind} catalog needs a file, e.g. {kind}:lake/catalog.db")
+        return Path(name)
 
 
 # A libpq password in either form: key=value (any case, spaces around "=", a quoted value with
@@ -366,7 +371,7 @@ def lake_config(mode: str, catalog: str | None, data_path: str | None, *, s3_end
         raise ValueError(f"[store] data_path = {data_path!r}: expected s3://<bucket>/<prefix>")
     options = s3_options(data_path, s3_endpoint, s3_url_style, s3_use_ssl, s3_region)
     config = LakeConfig(catalog=catalog, data_path=data_path, s3=options)
-    config.catalog_kind()  # an unknown catalog fails here, not at the first write
+    config.catalog_file()  # an unknown catalog, or a file catalog without a file, fails here, not at the first write
     return config
 
 

@@ -178,3 +178,26 @@ def test_an_unknown_device_or_encoding_is_refused_when_the_settings_are_read(tmp
     config.write_text('embedding_device = "cuda:1"\ntokenizer_encoding = "o200k_base"\n', encoding="utf-8")
     settings = load_settings(config)
     assert (settings.embedding_device, settings.tokenizer_encoding) == ("cuda:1", "o200k_base")
+
+
+def test_enabled_strategies_must_be_registered_and_named_once(tmp_path):
+    import pytest
+
+    from orchestration.settings import SettingsError, load_settings
+
+    config = tmp_path / "c.toml"
+    for listed, message in (('["token", "token"]', r"\['token'\] named more than once"),
+                            ('["token", "nope"]', r"\['nope'\] not registered; one of: .*recursive")):
+        config.write_text(f"enabled_strategies = {listed}\n", encoding="utf-8")
+        with pytest.raises(SettingsError, match=f"enabled_strategies: {message}"):
+            load_settings(config)
+
+
+def test_embedding_max_workers_below_the_workers_is_refused():
+    import pytest
+
+    from orchestration.settings import Settings
+
+    with pytest.raises(ValueError, match=r"embedding_max_workers \(2\) is below embedding_workers \(4\)"):
+        Settings(embedding_workers=4, embedding_max_workers=2)
+    assert Settings(embedding_workers=2, embedding_max_workers=4).embedding_max_workers == 4

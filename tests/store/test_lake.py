@@ -363,3 +363,16 @@ def test_search_reads_a_lake_as_it_reads_the_file(data_at, tmp_path, request):
         finally:
             index.close()
     assert results["ducklake"] and results["ducklake"] == results["duckdb"]
+
+
+def test_store_keys_that_could_never_work_are_refused_in_either_mode(tmp_path):
+    # In duckdb mode they are kept for a switch back to the lake, and were accepted whatever they said.
+    for store, message in (({"catalog": "bogus"}, "expected postgres:<libpq string>"),
+                           ({"s3_url_style": "virtual"}, "expected 'path' or 'vhost'"),
+                           ({"mode": "ducklake", "catalog": "sqlite:", "data_path": str(tmp_path)},
+                            "a sqlite catalog needs a file"),
+                           ({"catalog": "duckdb:  "}, "a duckdb catalog needs a file")):
+        with pytest.raises(ValueError, match=message):
+            Settings(store=store)
+    kept = Settings(store={"catalog": f"sqlite:{tmp_path}/c.sqlite", "data_path": str(tmp_path / "d")})
+    assert kept.store.lake() is None  # file mode: the lake keys wait for mode = "ducklake"
