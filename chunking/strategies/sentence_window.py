@@ -109,6 +109,10 @@ class SentenceWindowConfig(BaseModel):
         if preset not in PRESETS:
             return values  # the Literal check reports it
         explicit = dict(values)
+        if explicit.get("overlap") is not None and explicit.get("overlap_ratio") is not None:
+            # Both given: one would be ignored (overlap won, silently).
+            raise ValueError(f"overlap ({explicit['overlap']}) and overlap_ratio ({explicit['overlap_ratio']}) "
+                             "both set: give one (a fixed budget in units, or a share of each chunk)")
         merged = {**PRESETS[preset], **{k: v for k, v in explicit.items() if k in PRESETS[preset]}}
         if "overlap" in explicit and "overlap_ratio" not in explicit:
             merged["overlap_ratio"] = None  # an explicit fixed overlap replaces the preset's ratio

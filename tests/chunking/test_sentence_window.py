@@ -203,3 +203,16 @@ def test_allow_oversize_sentences_exempts_one_sentence_not_a_window_of_several(t
     long = chunk("One two three four five six seven. Go.", tokenizer, chunk_size=3, min_size=0, overlap=0,
                  allow_oversize_sentences=True)
     assert [c.text for c in long] == ["One two three four five six seven.", "Go."]
+
+
+def test_overlap_and_overlap_ratio_together_are_refused():
+    # overlap won and overlap_ratio was ignored without a word.
+    import pytest
+    from pydantic import ValidationError
+
+    from chunking.strategies.sentence_window import SentenceWindowConfig
+
+    with pytest.raises(ValidationError, match=r"overlap \(10\) and overlap_ratio \(0.5\) both set"):
+        SentenceWindowConfig(overlap=10, overlap_ratio=0.5)
+    assert SentenceWindowConfig(overlap_ratio=0.5).overlap is None
+    assert SentenceWindowConfig(overlap=10).overlap_ratio is None
