@@ -328,7 +328,7 @@ def _sync_embedding(embedding_func: Callable[..., Any]) -> Callable[[list[str]],
             else:  # called from inside an event loop: finish the coroutine on a thread of its own
                 with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
                     result = pool.submit(asyncio.run, wait()).result()
-        return np.asarray(result, dtype=np.float32)
+        return np.asarray(result, dtype=np.float64)  # as given: LightRAG reads each value as a Python float
 
     return embed
 
@@ -366,9 +366,7 @@ def _semantic_vector(
         sentence_split_regex=sentence_split_regex,
         min_chunk_size=min_chunk_size,
         chunk_overlap_token_size=0,
-        # The reference re-embeds centred windows; chunkyard's faster defaults differ.
-        window_mode="reembed",
-        window_shape="centered",
+        reference_mode=True,  # LangChain's SemanticChunker as LightRAG runs it (semantic.reference_spans)
     )
     return [
         {"tokens": s.tokens, "content": s.text, "chunk_order_index": i, "_source_span": {"start": s.start, "end": s.end}}
@@ -380,8 +378,13 @@ _SEMANTIC_DOC = """LightRAG's V: breaks where adjacent sentence windows are far 
 
     ``embedding_func`` maps a list of texts to vectors, or is LightRAG's async
     ``EmbeddingFunc``. Without one, R with no overlap (and a warning), as in the
-    reference. ``sentence_split_regex=None`` uses chunkyard's sentence segmenter.
-    Oversize groups are re-split by R with no overlap.
+    reference. Otherwise LangChain's ``SemanticChunker`` as LightRAG runs it, quirks
+    included (``chunking.strategies.semantic.reference_spans``): sentences by
+    ``re.split(sentence_split_regex)`` (``None``: LightRAG's
+    ``(?<=[.?!])\\s+|(?<=[。？！])``), centred windows joined by ``" "`` and embedded,
+    ``min_chunk_size`` in characters (a breakpoint whose group is shorter is skipped),
+    ``gradient`` on two sentences gives both; a group over ``chunk_token_size`` is re-split
+    by R with no overlap. ``_source_span`` is exact (LightRAG searches for it).
     """
 
 
@@ -406,7 +409,7 @@ async def chunking_by_semantic_vector(
             # The algorithm runs on a worker thread; an async embedding function
             # runs on the caller's loop (its semaphores and clients live there).
             result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
-        return np.asarray(result, dtype=np.float32)
+        return np.asarray(result, dtype=np.float64)  # as given: LightRAG reads each value as a Python float
 
     with _lightrag_logging():  # asyncio.to_thread copies the context: the worker logs as lightrag too
         return await asyncio.to_thread(

@@ -42,7 +42,8 @@ The invariant a caller relies on::
 Spans are whitespace-trimmed, in document order, do not overlap, and together
 cover every non-whitespace character of ``text`` (a fallback given an overlap overlaps).
 
-Where we differ from the reference, on purpose:
+Where we differ from the reference, on purpose (``reference_mode``, what
+``chunking.compat.lightrag`` runs, is the reference: :func:`reference_spans`):
 
 * ``window_shape="gap"`` is the default. The reference's centred windows at
   the gap ``i | i + 1`` differ only by the sentences ``i - b`` and ``i + 1 + b``,
@@ -91,6 +92,7 @@ from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec, TokenBudgetConfig
 from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
+from chunking.strategies.recursive import PLAIN_SEPARATORS as PLAIN_SEPARATORS_R
 from chunking.tokenizers import Tokenizer, count_spans, count_tokens, span_counter
 
 logger = logging.getLogger(__name__)
@@ -184,12 +186,14 @@ def split_semantic(
     window_shape: WindowShape = "gap",
     chunk_overlap_token_size: int = 0,
     doc_id: str = "",
+    reference_mode: bool = False,
 ) -> list[Span]:
     """Split ``text`` at semantic breakpoints into spans of at most ``chunk_token_size`` tokens.
 
     ``embed`` maps a list of strings to a ``(len, dim)`` array; None falls back to
     R (``split_recursive`` with ``chunk_overlap_token_size``) and logs a warning.
     ``doc_id`` names the document in the warnings (a folder's log interleaves many).
+    ``reference_mode`` (``chunking.compat.lightrag``'s V): :func:`reference_spans`.
     """
     if chunk_token_size < 1:
         raise ValueError(f"chunk_token_size must be at least 1, got {chunk_token_size}")
@@ -209,6 +213,10 @@ def split_semantic(
         )
         return split_recursive(text, tokenizer, chunk_token_size, chunk_overlap_token_size, CJK_SEPARATORS)
 
+    if reference_mode:
+        return reference_spans(text, tokenizer, embed, chunk_token_size, breakpoint_threshold_type,
+                               breakpoint_threshold_amount, number_of_chunks, buffer_size,
+                               sentence_split_regex or LIGHTRAG_SENTENCE_SPLIT_REGEX, min_chunk_size)
     units = sentence_units(text, sentence_split_regex)
     sizes = UnitSizes.measure(text, units, tokenizer)
     distances = gap_distances(text, units, embed, buffer_size, window_mode, window_shape, sizes.tokens)
@@ -217,6 +225,87 @@ def split_semantic(
     if min_chunk_size is not None:
         groups = merge_small_groups(groups, sizes, distances, min_chunk_size, chunk_token_size)
     return _GroupEmitter(text, units, sizes, tokenizer, chunk_token_size, doc_id).emit_all(groups)
+
+
+# LightRAG's DEFAULT_SENTENCE_SPLIT_REGEX (reference mode): LangChain's English pattern and bare CJK endings.
+LIGHTRAG_SENTENCE_SPLIT_REGEX = r"(?<=[.?!])\s+|(?<=[。？！])"
+
+
+def reference_spans(
+    text: str,
+    tokenizer: Tokenizer,
+    embed: EmbedFunction,
+    chunk_token_size: int,
+    breakpoint_threshold_type: ThresholdType,
+    breakpoint_threshold_amount: float | None,
+    number_of_chunks: int | None,
+    buffer_size: int,
+    sentence_split_regex: str,
+    min_chunk_size: int | None,
+) -> list[Span]:
+    """LightRAG's V as it runs LangChain's ``SemanticChunker``, quirks included, with exact spans.
+
+    Sentences are ``re.split(sentence_split_regex, text)`` (untrimmed, empty ones too, tables
+    not kept whole); each sentence's window (``buffer_size`` each side) is embedded as those
+    sentences joined by ``" "``, and ``d[i]`` compares the windows of ``i`` and ``i + 1``; the
+    thresholds are this module's (the same formulas). One sentence is one chunk; with
+    ``gradient`` two sentences are two. A breakpoint whose group, its sentences joined by
+    ``" "``, is shorter than ``min_chunk_size`` *characters* is skipped (the group runs on).
+    A group is the source from its first sentence to its last, stripped; one over
+    ``chunk_token_size`` tokens is split by LightRAG's R (``split_recursive``'s reference
+    mode, no overlap). LightRAG recovers each span by searching for the text; here it is known.
+    """
+    pieces, bounds = _split_with_bounds(_compile_sentence_regex(sentence_split_regex), text)
+    if len(bounds) == 1 or (breakpoint_threshold_type == "gradient" and len(bounds) == 2):
+        groups = [(i, i) for i in range(len(bounds))]
+    else:
+        def joined(a: int, z: int) -> str:
+            return " ".join(pieces[a : z + 1])
+
+        distances = gap_distances(text, bounds, embed, buffer_size, "reembed", "centered", window_text=joined,
+                                  distance=reference_paired_distances)
+        breaks = find_breakpoints(distances, breakpoint_threshold_type, breakpoint_threshold_amount,
+                                  number_of_chunks, reference_mode=True)
+        groups, first = [], 0
+        for end in breaks:
+            if min_chunk_size is not None and len(joined(first, end)) < min_chunk_size:
+                continue
+            groups.append((first, end))
+            first = end + 1
+        if first < len(bounds):
+            groups.append((first, len(bounds) - 1))
+    out: list[Span] = []
+    for first, last in groups:
+        start, end = bounds[first][0], bounds[last][1]
+        body = text[start:end]
+        stripped = body.strip()
+        if not stripped:
+            continue
+        start += len(body) - len(body.lstrip())
+        tokens = count_tokens(tokenizer, stripped)
+        if tokens <= chunk_token_size:
+            out.append(Span(start, start + len(stripped), stripped, tokens))
+            continue
+        for piece in split_recursive(stripped, tokenizer, chunk_token_size, 0, PLAIN_SEPARATORS_R, reference_mode=True):
+            out.append(Span(start + piece.start, start + piece.end, piece.text, piece.tokens))
+    return out
+
+
+def _split_with_bounds(pattern: re.Pattern[str], text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """``pattern.split(text)`` (its pieces, exactly) and where each piece is: the pattern is wrapped
+    in one more group, so the split also returns each separator, and the pieces' positions follow."""
+    # Global inline flags ("(?i)") must open a pattern: moved out of the wrapper (the compiled
+    # pattern's flags carry them).
+    source = re.sub(r"^\(\?[aiLmsux]+\)", "", pattern.pattern)
+    parts = re.compile(f"({source})", pattern.flags).split(text)
+    step = 2 + pattern.groups  # a piece, the whole separator, the pattern's own groups
+    pieces, bounds, pos = [], [], 0
+    for i in range(0, len(parts), step):
+        piece = parts[i]
+        pieces.append(piece)
+        bounds.append((pos, pos + len(piece)))
+        pos += len(piece) + (len(parts[i + 1]) if i + 1 < len(parts) else 0)
+    return pieces, bounds
 
 
 def _doc_prefix(doc_id: str) -> str:
@@ -362,18 +451,28 @@ def gap_distances(
     window_mode: WindowMode = "combine",
     window_shape: WindowShape = "gap",
     weights: np.ndarray | None = None,
+    window_text: Callable[[int, int], str] | None = None,
+    distance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """``d[i] = 1 - cos(left[i], right[i])`` for the gap between unit ``i`` and ``i + 1``.
 
-    ``reembed`` embeds each distinct window's text once; ``combine`` embeds each
-    unit once and sums unit vectors over a window, weighted by ``weights`` (token
-    counts; None weighs units equally).
+    ``reembed`` embeds each distinct window's text once (``window_text(a, z)``, units
+    ``a..z``; default the source from the first's start to the last's end); ``combine``
+    embeds each unit once and sums unit vectors over a window, weighted by ``weights``
+    (token counts; None weighs units equally). ``distance``: :func:`paired_distances` by default.
     """
+    custom_windows = window_text is not None or distance is not None
+    distance = distance or paired_distances
+    if window_text is None:
+        def window_text(a: int, z: int) -> str:
+            return text[units[a][0] : units[z][1]]
     n = len(units)
     if n < 2:
         return np.zeros(0)
     left, right = window_ranges(n, buffer_size, window_shape)
-    reembed = window_mode == "reembed" and buffer_size > 0
+    # With buffer 0 a window is its one unit: combining embeds the same text, once. Not so for a
+    # caller's own window text and distance (reference mode: embedded and compared as given).
+    reembed = window_mode == "reembed" and (buffer_size > 0 or custom_windows)
     w = None if weights is None else np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     out = []
     # Each block of gaps embeds only what its windows cover, and its vectors are dropped
@@ -385,11 +484,11 @@ def gap_distances(
     for g, h in _blocks(n - 1):
         if reembed:
             distinct = sorted(set(left[g:h]) | set(right[g:h]))
-            vectors = _checked(embed([text[units[a][0] : units[z][1]] for a, z in distinct]), len(distinct))
+            vectors = _checked(embed([window_text(a, z) for a, z in distinct]), len(distinct))
             row = {window: i for i, window in enumerate(distinct)}
             left_rows = np.array([row[window] for window in left[g:h]], dtype=np.int64)
             right_rows = np.array([row[window] for window in right[g:h]], dtype=np.int64)
-            out.append(paired_distances(vectors[left_rows], vectors[right_rows]))
+            out.append(distance(vectors[left_rows], vectors[right_rows]))
             continue
         # The units this block's windows cover (windows move forward with the gap), summed
         # from a prefix over them alone.
@@ -454,6 +553,20 @@ def paired_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 1.0 - np.einsum("ij,ij->i", ua, ub)
 
 
+def reference_paired_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``1 - a[i].b[i] / (|a[i]| |b[i]| + 1e-12)`` row by row, computed as LangChain's ``SemanticChunker``
+    computes it (a 1x1 matrix product of float64 rows): distances tied at a percentile threshold then
+    fall on the same side of it as there."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    out = np.empty(len(a))
+    for i in range(len(a)):
+        x, y = a[i : i + 1], b[i : i + 1]
+        similarity = (x @ y.T) / (np.linalg.norm(x, axis=1, keepdims=True) * np.linalg.norm(y, axis=1, keepdims=True).T
+                                  + 1e-12)
+        out[i] = 1 - similarity[0][0]
+    return out
+
+
 def adjacent_distances(vectors: np.ndarray) -> np.ndarray:
     """``1 - cos(v[i], v[i + 1])`` for each adjacent pair."""
     v = np.asarray(vectors, dtype=np.float64)
@@ -500,10 +613,14 @@ def find_breakpoints(
     threshold_type: ThresholdType = "percentile",
     amount: float | None = None,
     number_of_chunks: int | None = None,
+    *,
+    reference_mode: bool = False,
 ) -> list[int]:
-    """Indices ``i`` of the gaps (between unit ``i`` and ``i + 1``) that start a new chunk."""
+    """Indices ``i`` of the gaps (between unit ``i`` and ``i + 1``) that start a new chunk.
+    (``reference_mode``: the gradient of one distance is the reference's case to decide.)"""
     d = np.asarray(distances, dtype=np.float64)
-    if d.size == 0 or (threshold_type == "gradient" and number_of_chunks is None and d.size < 2):
+    if d.size == 0 or (not reference_mode and threshold_type == "gradient" and number_of_chunks is None
+                       and d.size < 2):
         return []
     if number_of_chunks is not None:
         threshold, scores = threshold_for_chunk_count(d, number_of_chunks), d

@@ -204,6 +204,33 @@ def test_semantic_vector_breaks_between_topics(tok):
         assert text[d["_source_span"]["start"] : d["_source_span"]["end"]] == d["content"]
 
 
+# LangChain's SemanticChunker as LightRAG runs it (its source in the search index, run locally on
+# these inputs with this embedding), quirks included; chunkyard's native semantic differs on each.
+@pytest.mark.parametrize("text, size, options, expected", [
+    # min_chunk_size counts the characters of the group's sentences joined by " ", and a breakpoint
+    # whose group is shorter is skipped: the group runs on (native: tokens, the weaker side).
+    ("The cat sat. Cats purr. Stocks fell sharply today. Markets dropped a lot. The cat napped.", 1200,
+     {"min_chunk_size": 30},
+     ["The cat sat. Cats purr. Stocks fell sharply today. Markets dropped a lot.", "The cat napped."]),
+    # LightRAG's default sentence regex cuts after "Dr." (native: the segmenter keeps it).
+    ("Dr. Smith keeps a cat. Cats purr. Stocks fell. Markets dropped.", 1200, {},
+     ["Dr.", "Smith keeps a cat. Cats purr.", "Stocks fell. Markets dropped."]),
+    # gradient on two sentences: each is a chunk (native: one distance, no split).
+    ("The cat sat. Stocks fell.", 1200, {"breakpoint_threshold_type": "gradient"}, ["The cat sat.", "Stocks fell."]),
+    # A group over the size goes to R whole, which cuts inside its sentence (native: at sentence ends).
+    ("The cat sat on the mat and purred at the kitten all afternoon long. Stocks fell. Markets dropped.", 8, {},
+     ["The cat sat on the mat and", "purred at the kitten all afternoon", "long.", "Stocks fell. Markets dropped."]),
+])
+def test_semantic_vector_is_langchains_semantic_chunker(text, size, options, expected):
+    tok = default_tokenizer()  # cl100k: the sizes above are its tokens
+    options = {"breakpoint_threshold_type": "percentile", "breakpoint_threshold_amount": 50, "buffer_size": 0,
+               **options}
+    out = L.chunking_by_semantic_vector_sync(tok, text, size, embedding_func=_topic_embedding, **options)
+    assert [d["content"] for d in out] == expected
+    for d in out:
+        assert text[d["_source_span"]["start"] : d["_source_span"]["end"]] == d["content"]
+
+
 def test_semantic_vector_awaits_an_async_embedding_func(tok):
     async def embed(texts):
         return _topic_embedding(texts)
