@@ -50,10 +50,13 @@ RECALL_CHECK = "recall_at_5_stable"
 def build_retrieval_eval_asset(
     embedding_keys: Sequence[AssetKey], *, eval_set: str, mode: str = "vector", ks: Sequence[int] = DEFAULT_KS,
     skip_covered: float | None = None, within: str | None = None, within_depth: int = 10, within_rank: str = "fine",
+    configured: Sequence[str] | None = None,
 ) -> AssetsDefinition:
     """``skip_covered``: score the overlap-aware top k (settings ``search_skip_covered``); ``within``,
     ``within_depth``, ``within_rank``: coarse-to-fine search (settings ``search_within*``). The
-    history's mode names them (``mode_label``), so the recall check compares like with like."""
+    history's mode names them (``mode_label``), so the recall check compares like with like.
+    ``configured``: the strategies and variants of the configuration; one stored from an earlier
+    configuration is not scored."""
     options = {"skip_covered": skip_covered, "within": within, "within_depth": within_depth,
                "within_rank": within_rank}
     label = mode_label(mode, **options)
@@ -82,7 +85,7 @@ def build_retrieval_eval_asset(
         chunk_store = store.store()
         model_id = embedding.model_id
         embed = (lambda texts: embedding.get_embedder().embed(texts)) if mode != "keyword" else None
-        index = SearchIndex(store.path, model_id, embed=embed, lake=store.lake_config())
+        index = SearchIndex(store.path, model_id, embed=embed, lake=store.lake_config(), configured=configured)
         try:
             report = evaluate(index, questions, ks=ks, mode=mode, **options)
         finally:

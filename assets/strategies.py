@@ -269,9 +269,19 @@ def build_strategy_assets(
         # In the store too: what the next run retries (a limit since raised) or leaves (the same
         # failure again), whether this ran in a batch or alone, and what `status` lists. Not a
         # write the store refused: that may be the store's passing trouble, so it is retried.
-        chunk_store.record_strategy_failures(
-            strategy_name,
-            {doc_id: (sha, cfg_hash, errors[doc_id]) for doc_id, sha in failed.items() if doc_id not in write_failures})
+        recorded = {doc_id: (sha, cfg_hash, errors[doc_id]) for doc_id, sha in failed.items() if doc_id not in write_failures}
+        # Chunks stored but refused by a blocking check (over the cap: a strategy's bug): recorded as its
+        # failure too, so `status` lists it and no plan asks again for what the check will skip again
+        # (its embeddings, which the failed check blocks, and in a range run its batch-mates' too).
+        blocking = {d.name for d in CHUNK_CHECKS if d.blocking}
+        for doc_id, checks in outcomes.items():
+            refused = [o for o in checks if o.name in blocking and not o.passed]
+            if refused and doc_id in computed and doc_id not in recorded:
+                source = computed[doc_id][0].source_name or doc_id
+                recorded[doc_id] = (computed[doc_id][0].sha256, cfg_hash,
+                                    f"{source}: {strategy_name} chunks refused by the {refused[0].name} check: "
+                                    f"{refused[0].description}")
+        chunk_store.record_strategy_failures(strategy_name, recorded)
         if errors and len(context.partition_keys) == 1:
             doc_id, error = next(iter(errors.items()))
             if doc_id in outcomes:  # not an unparsed document: its parse check already says why
@@ -299,6 +309,8 @@ def build_strategy_assets(
         step_started = time.perf_counter()
         chunk_store = store.store()
         model_id = embedding.model_id
+        # What the store records as the embedder of these vectors: as configured, host-independent.
+        stored_version = embedding.embedder_identity + embed_context.code_version_suffix()
         per_doc, store_watch = Stopwatch(), Stopwatch()  # work done for one document: its own seconds
         # A document that failed to parse has nothing to embed and nothing to check.
         # Read once for the step (in lake mode every query costs catalog round trips).
@@ -347,7 +359,7 @@ def build_strategy_assets(
                 # Its earlier vectors are removed, not kept: they belong to its earlier chunks (the
                 # chunk step has replaced them), and search pairs vectors with chunks by position.
                 to_write[doc_id] = ([], {})
-                refusals[doc_id] = ((document_rows.get(doc_id) or {}).get("sha256") or "", cfg_hash, embed_version,
+                refusals[doc_id] = ((document_rows.get(doc_id) or {}).get("sha256") or "", cfg_hash, stored_version,
                                     refused[doc_id])
                 del rows_by_doc[doc_id]
                 continue
@@ -360,7 +372,7 @@ def build_strategy_assets(
         written = time.perf_counter()
         write_failures = chunk_store.write_documents(
             to_write, lambda items: chunk_store.replacing_embeddings(strategy_name, model_id, items, refusals,
-                                                                embed_version))
+                                                                stored_version))
         write_seconds = time.perf_counter() - written
         for doc_id, seconds in share_out(write_seconds, {d: len(rows) for d, rows in rows_by_doc.items()}).items():
             store_watch.add(doc_id, seconds)

@@ -91,7 +91,9 @@ def build_project(settings: Settings) -> Project:
     embed_versions: dict[str, str] = {}
     for instance in instances:
         config_hashes[instance.name] = config_hash(instance.config)
-        embed_versions[instance.name] = embedding.model_id + EmbedContext.of(instance.embed_context).code_version_suffix()
+        # As the store records them (EmbeddingModelResource.embedder_identity): the same on every host.
+        embed_versions[instance.name] = (embedding.embedder_identity
+                                          + EmbedContext.of(instance.embed_context).code_version_suffix())
         strategy_assets.extend(build_strategy_assets(
             instance.spec, instance.config, embedding.model_id, instance.embed_context, name=instance.name
         ))
@@ -100,7 +102,7 @@ def build_project(settings: Settings) -> Project:
     embedding_keys = [key for a in strategy_assets for key in a.keys if key.path[-1].startswith("embeddings_")]
     stats_asset = build_stats_asset(embedding_keys)
     retrieval_eval = build_retrieval_eval_asset(embedding_keys, eval_set=settings.eval_set, mode=settings.eval_mode,
-                                                **settings.search_options())
+                                                configured=list(config_hashes), **settings.search_options())
     assets = [raw_documents, parsed_documents, *strategy_assets, stats_asset, retrieval_eval]
     graph_order = [AssetKey("raw_documents"), AssetKey("parsed_documents")] + [
         key for a in strategy_assets for key in a.keys

@@ -187,6 +187,7 @@ def chunk_refresh(store: ChunkStore, current_config_hashes: dict[str, str],
                      and doc_id not in stale[strategy] and embedded.get(doc_id, set()) != {version}}
             other -= settled_embeddings.get(strategy, set())
             other -= set(store_refusals.get(strategy, {}))
+            other -= set(failures.get(strategy, {}))  # chunks refused by a check (over the cap): not embedded
             if other:
                 stale_embeddings.setdefault(strategy, set()).update(other)
     return ChunkRefresh(stale, settled, stale_embeddings, settled_embeddings, _unparsed_documents(store))

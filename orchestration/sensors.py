@@ -12,7 +12,8 @@ unreadable file readable both move it and nothing else. A content the cursor alr
 holds was requested on that earlier tick (its run may not have reached the store yet),
 so it is not requested again while a run of that document is queued or running; once none is
 and the store still lacks that content (the run failed or was cancelled before it stored the
-read), it is requested again. Run keys are ``doc_id:<data version>#<n>``, n the number
+read), it is requested again, up to ``MAX_REQUESTS_AGAIN`` times per content (then a warning:
+a cause that persists is not hammered every 30 s). Run keys are ``doc_id:<data version>#<n>``, n the number
 of the requesting tick (kept in the cursor), which the daemon never launches twice.
 
 One owner per document run: while a CLI ingest holds the instance's run lock
@@ -46,15 +47,20 @@ RAW = AssetKey("raw_documents")
 SENSOR_LOCK_TIMEOUT_S = 10.0
 
 
-def _load_cursor(raw: str | None) -> tuple[dict[str, list], int]:
-    """The cursor's documents (doc_id -> [data version, size, mtime_ns, sidecar stats, ctime_ns]) and how
-    many ticks of this sensor have requested runs; ``({}, 0)`` for none, and what an older cursor
-    lacks is empty or 0."""
+# A content whose runs keep ending before the store records it is asked for again this many times.
+MAX_REQUESTS_AGAIN = 3
+
+
+def _load_cursor(raw: str | None) -> tuple[dict[str, list], int, dict[str, list]]:
+    """The cursor's documents (doc_id -> [data version, size, mtime_ns, sidecar stats, ctime_ns]), how
+    many ticks of this sensor have requested runs, and the contents asked for again (doc_id ->
+    [data version, times]); ``({}, 0, {})`` for none, and what an older cursor lacks is empty or 0."""
     try:
         cursor = json.loads(raw) if raw else {}
-        return dict(cursor.get("docs") or {}), int(cursor.get("requesting_ticks", 0))
+        return (dict(cursor.get("docs") or {}), int(cursor.get("requesting_ticks", 0)),
+                dict(cursor.get("asked_again") or {}))
     except (ValueError, AttributeError, TypeError):
-        return {}, 0
+        return {}, 0, {}
 
 
 def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
@@ -88,7 +94,7 @@ def documents_sensor(
         claim_for_store(context.instance, store)
     except SourceRootConflict as exc:  # claimed by another between the check and now
         return SkipReason(str(exc))
-    previous, requesting_ticks = _load_cursor(context.cursor)
+    previous, requesting_ticks, asked_again = _load_cursor(context.cursor)
     known_sha = chunk_store.document_hashes(documents.root_path)
 
     state: dict[str, list] = {}
@@ -139,8 +145,23 @@ def documents_sensor(
     # stored), it is requested again: nothing else would (the schedule does not read the folder).
     seen_sha = {doc_id: entry[0] for doc_id, entry in previous.items()}
     waiting = [d for d, sha in changes.to_process.items() if seen_sha.get(d) == sha]
-    in_flight = (documents_in_flight(context.instance, context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
-                 if waiting else {})
+    again: set[str] = set()
+    if waiting:
+        in_flight = documents_in_flight(context.instance, context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS_NAME))
+        # The store read again after the runs: one that stored its read and ended since this tick
+        # first read it is not taken for one that failed.
+        stored_now = chunk_store.document_hashes(documents.root_path)
+        for doc_id in waiting:
+            sha = changes.to_process[doc_id]
+            if doc_id in in_flight or stored_now.get(doc_id) == sha:
+                continue
+            times = asked_again[doc_id][1] if asked_again.get(doc_id, [None])[0] == sha else 0
+            if times >= MAX_REQUESTS_AGAIN:
+                context.log.warning(f"{doc_id}: {times + 1} runs ended without storing this content; not asked "
+                                    f"again until it changes (or `chunkyard run`)")
+                continue
+            asked_again[doc_id] = [sha, times + 1]
+            again.add(doc_id)
     # The daemon skips a run key it has seen: a document back to an earlier version (a sidecar
     # removed again, bytes reverted) needs a new one. Numbered per requesting tick, from the
     # cursor, so a tick the daemon evaluates again after a failure asks with the same keys.
@@ -148,13 +169,14 @@ def documents_sensor(
     run_requests = [
         RunRequest(partition_key=doc_id, run_key=f"{doc_id}:{sha}#{serial}", asset_selection=[RAW])
         for doc_id, sha in sorted(changes.to_process.items())
-        if seen_sha.get(doc_id) != sha or doc_id not in in_flight
+        if seen_sha.get(doc_id) != sha or doc_id in again
     ]
+    asked_again = {d: entry for d, entry in asked_again.items() if d in changes.to_process}
     if run_requests or deleted:
         context.log.info(f"{len(run_requests)} new or changed, {len(deleted)} deleted document(s)")
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partition_requests,
-        cursor=json.dumps({"docs": state, "requesting_ticks": requesting_ticks + bool(run_requests)},
-                          sort_keys=True),
+        cursor=json.dumps({"docs": state, "requesting_ticks": requesting_ticks + bool(run_requests),
+                           "asked_again": asked_again}, sort_keys=True),
     )

@@ -154,6 +154,15 @@ class EmbeddingModelResource(ConfigurableResource):
         return f"{self.model}{suffix}"
 
     @property
+    def embedder_identity(self) -> str:
+        """The embedder as configured, the same on every host: the model, ``:raw`` when not normalised,
+        and the precision unless ``auto`` (which each CPU resolves its own way: a planner and a worker
+        on different CPUs must not find each other's vectors stale). What a stored vector reference
+        names (``chunk_embeddings.embed_version``, with the embedded context's suffix)."""
+        return (f"{self.model}{'' if self.normalize else ':raw'}"
+                + ("" if self.precision == "auto" else f":{self.precision}"))
+
+    @property
     def dimension(self) -> int:
         return self.get_embedder().dimension
 

@@ -294,8 +294,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 4 -> 5: embedding failures are recorded (before, a refused document was never embedded again).
     4: (EMBEDDING_FAILURES_DDL,),
     # 5 -> 6: vector references name their embedder (before, a change of model precision or embedded
-    # context left the old vectors in place). Those stored before are taken as of their model alone:
-    # a document embedded with context is embedded once more after the upgrade.
+    # context left the old vectors in place). Those stored before are taken as of their model id:
+    # the embedder as configured where precision is "auto" on a float32 CPU; elsewhere (an explicit
+    # precision, auto resolving to bfloat16, an embedded context) each document is embedded once
+    # more after the upgrade, its vectors mostly from the cache.
     5: (
         "ALTER TABLE chunk_embeddings ADD COLUMN IF NOT EXISTS embed_version VARCHAR",
         "UPDATE chunk_embeddings SET embed_version = model_id WHERE embed_version IS NULL",

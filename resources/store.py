@@ -946,14 +946,23 @@ class ChunkStore:
             for i, c in enumerate(chunks)
         ]
         doc_ids = list(chunk_sets)
+        new_texts = {doc_id: [c.text_sha256 for c in chunks] for doc_id, (chunks, _) in chunk_sets.items()}
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
+            # The vector references of a document whose chunks change go with them: the embeddings
+            # view pairs vectors with chunks by position, so a run stopped before its embeddings step
+            # (or an embeddings step skipped by a blocking check) paired new chunks with the old
+            # text's vectors; chunk_refresh plans the missing ones. Chunks made again the same keep theirs.
+            stored = dict(con.execute(
+                "SELECT doc_id, list(text_sha256 ORDER BY chunk_index) FROM chunks "
+                "WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY doc_id",
+                [strategy, doc_ids]).fetchall())
+            changed = [d for d in doc_ids if stored.get(d) != new_texts[d]]
+            con.execute("DELETE FROM chunk_embeddings WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [strategy, changed])
             # Stored now: no longer failed. (A recorded embedding failure stays until vectors are stored:
-            # cleared here, a run stopped before its embeddings step would leave no trace of it.) The
-            # vector references go with the chunks they belonged to: the embeddings view pairs them
-            # with chunks by position, so a run stopped before its embeddings step paired the new
-            # chunks with the old text's vectors (chunk_refresh plans the missing ones).
-            for table in ("chunks", "strategy_failures", "chunk_embeddings"):
+            # cleared here, a run stopped before its embeddings step would leave no trace of it.)
+            for table in ("chunks", "strategy_failures"):
                 con.execute(f"DELETE FROM {table} WHERE strategy = ? AND doc_id IN (SELECT unnest(?::VARCHAR[]))",
                             [strategy, doc_ids])
             insert_rows(con, "chunks", CHUNK_COLUMNS, rows)

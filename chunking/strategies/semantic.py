@@ -292,19 +292,25 @@ def reference_spans(
 
 
 def _split_with_bounds(pattern: re.Pattern[str], text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """``pattern.split(text)`` (its pieces, exactly) and where each piece is: the pattern is wrapped
-    in one more group, so the split also returns each separator, and the pieces' positions follow."""
-    # Global inline flags ("(?i)") must open a pattern: moved out of the wrapper (the compiled
-    # pattern's flags carry them).
-    source = re.sub(r"^\(\?[aiLmsux]+\)", "", pattern.pattern)
-    parts = re.compile(f"({source})", pattern.flags).split(text)
-    step = 2 + pattern.groups  # a piece, the whole separator, the pattern's own groups
-    pieces, bounds, pos = [], [], 0
-    for i in range(0, len(parts), step):
-        piece = parts[i]
-        pieces.append(piece)
-        bounds.append((pos, pos + len(piece)))
-        pos += len(piece) + (len(parts[i + 1]) if i + 1 < len(parts) else 0)
+    """``pattern.split(text)`` (its pieces exactly, the pattern's captured groups among them, as
+    ``re.split`` returns them and LangChain takes them for sentences) and where each piece is.
+    ``finditer``'s matches are ``split``'s separators; a group that took no part is an empty piece
+    at its match (``re.split`` gives ``None``, on which the reference fails)."""
+    pieces: list[str] = []
+    bounds: list[tuple[int, int]] = []
+    pos = 0
+    for match in pattern.finditer(text):
+        pieces.append(text[pos : match.start()])
+        bounds.append((pos, match.start()))
+        for group in range(1, pattern.groups + 1):
+            start, end = match.span(group)
+            if start < 0:
+                start = end = match.start()
+            pieces.append(text[start:end])
+            bounds.append((start, end))
+        pos = match.end()
+    pieces.append(text[pos:])
+    bounds.append((pos, len(text)))
     return pieces, bounds
 
 

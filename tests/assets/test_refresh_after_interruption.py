@@ -89,3 +89,41 @@ def test_a_chunk_steps_work_for_no_document_in_particular_is_shared_among_its_do
     assert set(rows) == set(DOCS)
     assert sum(rows.values()) >= 1.0
     assert min(rows.values()) >= 1.0 / len(DOCS) - 0.01  # shared equally
+
+
+def test_chunks_refused_by_the_blocking_check_are_a_settled_failure_and_spare_their_batch(
+        settings, instance, docs_dir, monkeypatch):
+    # token_cap failing for one document skips the embeddings step of its whole range run. Its
+    # batch-mates, chunked the same as before, keep their vectors; it is recorded as the strategy's
+    # failure (status lists it) and no plan asks again for what the check would block again.
+    import assets.strategies as strategies
+    from assets.checks import CheckOutcome
+    from orchestration.status import stored_status
+    from resources.store import ChunkStore
+
+    (docs_dir / "slow.txt").write_text("The first text of this document, about rivers.", encoding="utf-8")
+    settings = settings.model_copy(update={"enabled_strategies": ["recursive"]})
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    real = strategies.chunk_outcomes
+
+    def over_the_cap_for_slow(text, chunks, cap, atomic):
+        outcomes = real(text, chunks, cap, atomic)
+        if "rivers" in text:
+            outcomes = [CheckOutcome("token_cap", False, description="1 chunk over the cap of 30")
+                        if o.name == "token_cap" else o for o in outcomes]
+        return outcomes
+
+    monkeypatch.setattr(strategies, "chunk_outcomes", over_the_cap_for_slow)
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        before = dict(con.execute("SELECT doc_id, count(*) FROM chunk_embeddings GROUP BY 1").fetchall())
+    run(settings, instance, "alpha.md", "sub/beta.txt")  # the blocking check fails the range's embeddings
+    with duckdb.connect(settings.db_path, read_only=True) as con:
+        after = dict(con.execute("SELECT doc_id, count(*) FROM chunk_embeddings GROUP BY 1").fetchall())
+    assert after == before, "chunks made again the same keep their vectors"
+    store = ChunkStore(settings.db_path)
+    ((sha, cfg, error),) = store.strategy_failures()["recursive"].values()
+    assert error == "slow.txt: recursive chunks refused by the token_cap check: 1 chunk over the cap of 30"
+    assert plan(settings, instance) == {}
+    with store.connect(read_only=True) as con:
+        (folder,) = stored_status(con)
+    assert any(doc == "slow.txt" and cause.startswith("[chunk recursive]") for doc, cause in folder.failed)

@@ -220,6 +220,10 @@ def test_semantic_vector_breaks_between_topics(tok):
     # A group over the size goes to R whole, which cuts inside its sentence (native: at sentence ends).
     ("The cat sat on the mat and purred at the kitten all afternoon long. Stocks fell. Markets dropped.", 8, {},
      ["The cat sat on the mat and", "purred at the kitten all afternoon", "long.", "Stocks fell. Markets dropped."]),
+    # re.split returns a pattern's captured groups among the pieces, and LangChain takes them for
+    # sentences; a backreference works as there.
+    ("The cat sat.. Cats purr.. Stocks fell.. Markets dropped..", 1200, {"sentence_split_regex": r"(\.)\1\s+"},
+     ["The cat sat", ".", "Cats purr", ".. Stocks fell.. Markets dropped.."]),
 ])
 def test_semantic_vector_is_langchains_semantic_chunker(text, size, options, expected):
     tok = default_tokenizer()  # cl100k: the sizes above are its tokens

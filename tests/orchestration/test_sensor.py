@@ -89,6 +89,15 @@ def test_a_change_whose_run_ended_without_storing_it_is_requested_again(instance
             instance.report_run_failed(run)
     third = evaluate(instance, resources, second.cursor)
     assert run_keys(third) == [f"alpha.md:{new_sha}"] and third.run_requests[0].run_key != second.run_requests[0].run_key
+    # A cause that persists is not asked again every tick for ever: three times per content.
+    cursor = third.cursor
+    for expected in (1, 1, 0, 0):
+        for run in instance.get_runs():
+            if run.tags["dagster/partition"] == "alpha.md" and not run.is_finished:
+                instance.report_run_failed(run)
+        tick = evaluate(instance, resources, cursor)
+        assert len(tick.run_requests) == expected
+        cursor = tick.cursor
 
 
 def _after_the_ctime_moves(path, write):
@@ -270,3 +279,28 @@ def test_a_cli_run_that_starts_during_a_tick_still_owns_the_documents(instance, 
             holder.communicate("\n", timeout=60)
     assert isinstance(result, SkipReason) and f"pid {holders[0].pid}" in result.skip_message
     assert instance.get_dynamic_partitions("documents") == []
+
+
+def test_a_run_that_stored_the_change_during_the_tick_is_not_asked_again(instance, resources, docs_dir, monkeypatch):
+    # The tick reads the store's hashes, hashes the folder, then looks for runs in flight: a short run
+    # that stored its read and ended in between is neither in the store's first answer nor in
+    # flight. The store is read again before asking again.
+    first = evaluate(instance, resources)
+    (docs_dir / "alpha.md").write_text("# Alpha\n\nNew content.\n", encoding="utf-8")
+    second = evaluate(instance, resources, first.cursor)
+    new_sha = sha256_file(docs_dir / "alpha.md")
+    store = resources["store"].store()
+    stale = store.document_hashes(str(docs_dir.resolve()))
+    store.record_read("alpha.md", str(docs_dir.resolve()), "alpha.md", new_sha, 10)  # its run stored it...
+    for run in instance.get_runs():
+        instance.report_run_failed(run)  # ...and ended (how does not matter here)
+    reads = []
+    real = ChunkStore.document_hashes
+
+    def first_read_before_the_run(self, root):
+        reads.append(root)
+        return stale if len(reads) == 1 else real(self, root)
+
+    monkeypatch.setattr(ChunkStore, "document_hashes", first_read_before_the_run)
+    third = evaluate(instance, resources, second.cursor)
+    assert len(reads) == 2 and "alpha.md" not in {r.partition_key for r in third.run_requests}

@@ -400,3 +400,8 @@ def test_a_strategy_no_longer_configured_is_marked_left_out_of_search_and_pruned
     assert "rec_small" not in {h["strategy"] for h in json.loads(capsys.readouterr().out)}
     assert main(["search", "fish market dawn", "--json", "-k", "1", "--strategy", "rec_small"]) == 0
     assert {h["strategy"] for h in json.loads(capsys.readouterr().out)} == {"rec_small"}
+    # Nor scored by eval (the retrieval_eval asset built with the configured names).
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert main(["eval", "--json"]) == 0
+    scored = {row["strategy"] for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert scored and "rec_small" not in scored
