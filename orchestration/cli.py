@@ -204,7 +204,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     from orchestration.progress import EventLogWatcher, ProgressPrinter, RunProgress
     from orchestration.reconcile import diff_folder
     from orchestration.runlock import CLI_PROCESS_TAG, cli_process, documents_in_flight, fail_abandoned_runs
-    from orchestration.schedules import chunk_refresh, plan_refresh, recorded_failures
+    from orchestration.schedules import chunk_refresh, plan_from_refresh, recorded_failures
     from orchestration.settings import DEFAULT_CONFIG_FILE
     from resources.documents import current_fingerprint
     from resources.store import SourceRootConflict
@@ -259,9 +259,7 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
         # configuration) would only fail again: an unchanged folder is a no-op (exit 0); a raised
         # limit or --force retries it.
         selected = set(changes.to_process) | set(
-            plan_refresh(ordered, materialized, graph_order, chunks.stale, recorded_failures(store, current, limits),
-                         settled_chunks=chunks.settled, stale_embeddings=chunks.stale_embeddings,
-                         settled_embeddings=chunks.settled_embeddings, unparsed=chunks.unparsed))
+            plan_from_refresh(ordered, materialized, graph_order, chunks, recorded_failures(store, current, limits)))
 
     # A run an earlier `chunkyard run` of this host left queued or running died with it
     # (killed, crashed): marked failed, so its documents are not left to it for ever.

@@ -102,6 +102,14 @@ def plan_refresh(
     return plan
 
 
+def plan_from_refresh(partitions: list[str], materialized: dict[AssetKey, set[str]], graph_order: list[AssetKey],
+                      refresh: "ChunkRefresh", failures: RecordedFailures = RecordedFailures(),
+                      in_flight: frozenset[str] | set[str] = frozenset()) -> dict[str, list[AssetKey]]:
+    """:func:`plan_refresh` with everything :func:`chunk_refresh` found (what the CLI and the schedule plan with)."""
+    return plan_refresh(partitions, materialized, graph_order, refresh.stale, failures, in_flight, refresh.settled,
+                        refresh.stale_embeddings, refresh.settled_embeddings, refresh.unparsed)
+
+
 def recorded_failures(store: ChunkStore, current: dict[str, str] | None = None,
                       limits: DocumentLimits | None = None) -> RecordedFailures:
     """The documents with status 'error' and a recorded sha256 equal to
@@ -254,9 +262,7 @@ def build_nightly_schedule(graph_order: list[AssetKey], config_hashes: dict[str,
         in_flight = set(documents_in_flight(instance, partitions))
         # The tick's minute: a run key per tick and document, whatever the cron.
         stamp = _tick_time(context).strftime("%Y%m%dT%H%M")
-        for doc_id, keys in plan_refresh(partitions, materialized, graph_order, chunks.stale, failures, in_flight,
-                                         chunks.settled, chunks.stale_embeddings, chunks.settled_embeddings,
-                                         chunks.unparsed).items():
+        for doc_id, keys in plan_from_refresh(partitions, materialized, graph_order, chunks, failures, in_flight).items():
             yield RunRequest(partition_key=doc_id, asset_selection=keys, run_key=f"nightly:{stamp}:{doc_id}")
 
     return nightly_refresh

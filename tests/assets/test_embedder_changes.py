@@ -9,7 +9,7 @@ changed nothing until `--force` (and vector search then found no vectors of the 
 import duckdb
 
 from orchestration.definitions import INGEST_JOB, build_project
-from orchestration.schedules import chunk_refresh, plan_refresh
+from orchestration.schedules import chunk_refresh, plan_from_refresh
 from resources.store import ChunkStore
 from tests.assets.test_time_budgets import DOCS, run
 
@@ -19,10 +19,8 @@ def plan(settings, instance):
     store = ChunkStore(settings.db_path)
     partitions = instance.get_dynamic_partitions("documents")
     materialized = {key: set(instance.get_materialized_partitions(key)) for key in project.graph_order}
-    refresh = chunk_refresh(store, project.config_hashes, None, project.embed_versions)
-    return plan_refresh(partitions, materialized, project.graph_order, refresh.stale, settled_chunks=refresh.settled,
-                        stale_embeddings=refresh.stale_embeddings, settled_embeddings=refresh.settled_embeddings,
-                        unparsed=refresh.unparsed)
+    return plan_from_refresh(partitions, materialized, project.graph_order,
+                             chunk_refresh(store, project.config_hashes, None, project.embed_versions))
 
 
 def versions(settings):

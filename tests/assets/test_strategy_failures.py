@@ -12,7 +12,7 @@ import duckdb
 
 from chunking.limits import DocumentLimits
 from orchestration.definitions import build_project
-from orchestration.schedules import chunk_refresh, plan_refresh
+from orchestration.schedules import chunk_refresh, plan_from_refresh
 from orchestration.status import stored_status
 from resources.store import ChunkStore
 from tests.assets.test_time_budgets import check_results, run
@@ -26,9 +26,7 @@ def plan(settings, instance, limits):
     partitions = instance.get_dynamic_partitions("documents")
     materialized = {key: set(instance.get_materialized_partitions(key)) for key in project.graph_order}
     refresh = chunk_refresh(store, project.config_hashes, limits, project.embed_versions)
-    return plan_refresh(partitions, materialized, project.graph_order, refresh.stale, settled_chunks=refresh.settled,
-                        stale_embeddings=refresh.stale_embeddings,
-                        settled_embeddings=refresh.settled_embeddings), refresh.settled
+    return plan_from_refresh(partitions, materialized, project.graph_order, refresh), refresh.settled
 
 
 def test_a_strategy_failure_is_settled_until_its_limit_is_raised_then_retried(settings, instance, docs_dir):

@@ -64,11 +64,15 @@ def test_new_files_get_partitions_and_runs(instance, resources, docs_dir):
     assert again.run_requests == [] and not again.dynamic_partitions_requests
 
 
-def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
+def _alpha_changed(instance, resources, docs_dir):
+    """A first tick, alpha.md rewritten, a second tick: (the second tick's result, alpha's new sha256)."""
     first = evaluate(instance, resources)
     (docs_dir / "alpha.md").write_text("# Alpha\n\nNew content.\n", encoding="utf-8")
-    second = evaluate(instance, resources, first.cursor)
-    new_sha = sha256_file(docs_dir / "alpha.md")
+    return evaluate(instance, resources, first.cursor), sha256_file(docs_dir / "alpha.md")
+
+
+def test_changed_content_gets_a_new_run_key(instance, resources, docs_dir):
+    second, new_sha = _alpha_changed(instance, resources, docs_dir)
     assert run_keys(second) == [f"alpha.md:{new_sha}"]
     assert not second.dynamic_partitions_requests  # the partition already exists
 
@@ -77,10 +81,7 @@ def test_a_change_whose_run_ended_without_storing_it_is_requested_again(instance
     # The run of a changed file failed (the store locked, the run cancelled) before its read was
     # stored: once no run of it is queued or running, the next tick asks again (before, never: the
     # cursor held the content, and the schedule does not read the folder).
-    first = evaluate(instance, resources)
-    (docs_dir / "alpha.md").write_text("# Alpha\n\nNew content.\n", encoding="utf-8")
-    second = evaluate(instance, resources, first.cursor)
-    new_sha = sha256_file(docs_dir / "alpha.md")
+    second, new_sha = _alpha_changed(instance, resources, docs_dir)
     assert run_keys(second) == [f"alpha.md:{new_sha}"]
     # Its run is waiting: not asked again.
     assert evaluate(instance, resources, second.cursor).run_requests == []
@@ -285,10 +286,7 @@ def test_a_run_that_stored_the_change_during_the_tick_is_not_asked_again(instanc
     # The tick reads the store's hashes, hashes the folder, then looks for runs in flight: a short run
     # that stored its read and ended in between is neither in the store's first answer nor in
     # flight. The store is read again before asking again.
-    first = evaluate(instance, resources)
-    (docs_dir / "alpha.md").write_text("# Alpha\n\nNew content.\n", encoding="utf-8")
-    second = evaluate(instance, resources, first.cursor)
-    new_sha = sha256_file(docs_dir / "alpha.md")
+    second, new_sha = _alpha_changed(instance, resources, docs_dir)
     store = resources["store"].store()
     stale = store.document_hashes(str(docs_dir.resolve()))
     store.record_read("alpha.md", str(docs_dir.resolve()), "alpha.md", new_sha, 10)  # its run stored it...
