@@ -317,7 +317,7 @@ def chunk_sentence(
     drafts: list[_Draft] = []
     repairable = True  # whether drafts[-1] may take the start of the next page
     for index, page in enumerate(doc.pages):
-        if not page.text.strip():
+        if not page.text or page.text.isspace():  # (no copy of the page, as strip() would make)
             # A blank page makes no chunk, and a sentence cut by it is still repaired
             # across it (the reference skips such a page; an empty one was skipped already).
             continue
