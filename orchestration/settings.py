@@ -301,10 +301,13 @@ class Settings(BaseModel):
             variant_instance(name, variant)  # raises a ValueError naming the key
         return self
 
+    def enabled_names(self) -> list[str]:
+        """The enabled registered strategies (all of them unless ``enabled_strategies`` says)."""
+        return self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
+
     def configured_names(self) -> list[str]:
         """The names of the enabled strategies and the variants: what the store should hold."""
-        return [*(self.enabled_strategies if self.enabled_strategies is not None else strategy_names()),
-                *self.variants]
+        return [*self.enabled_names(), *self.variants]
 
     @model_validator(mode="after")
     def _search_within_is_a_strategy(self) -> "Settings":
@@ -325,8 +328,7 @@ class Settings(BaseModel):
         Raises ValueError when ``[strategies.*]`` or ``embed_with_context`` name a strategy
         that is not enabled or not registered, or a strategy config is invalid.
         """
-        names = self.enabled_strategies if self.enabled_strategies is not None else strategy_names()
-        specs = [get_strategy(name) for name in names]
+        specs = [get_strategy(name) for name in self.enabled_names()]
         unknown = (set(self.strategies) | set(self.embed_with_context) | set(self.embed_neighbours)
                    | set(self.embed_late) | set(self.embed_late_blend)) - {
             s.name for s in specs}

@@ -98,7 +98,7 @@ CHUNK_EMBEDDINGS_DDL = """
         chunk_index   INTEGER NOT NULL,
         model_id      VARCHAR NOT NULL,     -- with text_sha256: the row of embedding_vectors
         text_sha256   VARCHAR NOT NULL,
-        -- The embedder that made it (the embeddings asset's code version: model id, precision and
+        -- The embedder that made it, as configured (EmbeddingModelResource.embedder_identity and the
         -- embedded context): a run re-embeds a document whose vectors another embedder made.
         embed_version VARCHAR,
         PRIMARY KEY (doc_id, strategy, chunk_index)

@@ -321,6 +321,11 @@ class LakeConfig:
             return f"ducklake:{self.catalog}"
         return f"ducklake:{self.catalog.removeprefix('duckdb:')}"
 
+    def attach_sql(self, read_only: bool = False) -> str:
+        """The statement that attaches this lake as ``lake`` (``READ_ONLY``: no statement can change it)."""
+        options = f"DATA_PATH '{_sql_text(self.data_path)}'" + (", READ_ONLY" if read_only else "")
+        return f"ATTACH '{_sql_text(self.attach_target())}' AS lake ({options})"
+
     def extensions(self) -> tuple[str, ...]:
         """The DuckDB extensions to load (offline, from their packages) before attaching."""
         by_kind = {"postgres": ("postgres_scanner",), "sqlite": ("sqlite_scanner",), "duckdb": ()}
@@ -393,8 +398,7 @@ class _LakeInstance:
             raise
         if "://" not in lake.data_path:
             Path(lake.data_path).mkdir(parents=True, exist_ok=True)
-        attach = (f"ATTACH '{_sql_text(lake.attach_target())}' AS lake "
-                  f"(DATA_PATH '{_sql_text(lake.data_path)}')")
+        attach = lake.attach_sql()
         for attempt in range(1, LAKE_INIT_ATTEMPTS + 1):
             try:
                 con.execute(attach)
@@ -505,8 +509,7 @@ class ChunkStore:
         con = duckdb.connect()
         try:
             prepare_lake_connection(con, self.lake)
-            con.execute(f"ATTACH '{_sql_text(self.lake.attach_target())}' AS lake "
-                        f"(DATA_PATH '{_sql_text(self.lake.data_path)}', READ_ONLY)")
+            con.execute(self.lake.attach_sql(read_only=True))
             con.execute("USE lake")
             yield con
         finally:

@@ -322,7 +322,7 @@ class SearchIndex:
     def strategies(self, *, refresh: bool = True) -> list[str]:
         """The strategies with embedded chunks for this model (of the configured ones, when given)."""
         self.refresh() if refresh else self._ensure_built()
-        return [name for name in self._built.tables if self.configured is None or name in self.configured]
+        return list(self._configured_tables())
 
     def search(
         self,
@@ -477,9 +477,7 @@ class SearchIndex:
         if not tables:
             raise SearchError(f"no embedded chunks for model {self.model_id!r} in {self.db_path}")
         if strategy is None:
-            if self.configured is None:
-                return dict(tables)
-            current = {name: table for name, table in tables.items() if name in self.configured}
+            current = self._configured_tables()
             if not current:
                 raise SearchError(f"no embedded chunks of a configured strategy for model {self.model_id!r}; stored "
                                   f"from an earlier configuration: {sorted(tables)} (name one with --strategy)")
@@ -502,6 +500,11 @@ class SearchIndex:
             f"WHERE w <> '' AND w NOT IN (SELECT sw FROM {schema}.stopwords)",
             [keyword_text(query)],
         ).fetchall()]
+
+    def _configured_tables(self) -> dict[str, str]:
+        """strategy -> search table of the built copy, of the configured strategies when given."""
+        return {name: table for name, table in self._built.tables.items()
+                if self.configured is None or name in self.configured}
 
     def _embed_query(self, query: str) -> np.ndarray:
         if self.embed is None:

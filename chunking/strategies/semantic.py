@@ -91,8 +91,7 @@ from chunking.limits import check_time_budget
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_spans
 from chunking.strategies import StrategySpec, TokenBudgetConfig
-from chunking.strategies.recursive import CJK_SEPARATORS, Span, split_recursive
-from chunking.strategies.recursive import PLAIN_SEPARATORS as PLAIN_SEPARATORS_R
+from chunking.strategies.recursive import CJK_SEPARATORS, PLAIN_SEPARATORS, Span, split_recursive
 from chunking.tokenizers import Tokenizer, count_spans, count_tokens, span_counter
 
 logger = logging.getLogger(__name__)
@@ -264,8 +263,7 @@ def reference_spans(
 
         distances = gap_distances(text, bounds, embed, buffer_size, "reembed", "centered", window_text=joined,
                                   distance=reference_paired_distances)
-        breaks = find_breakpoints(distances, breakpoint_threshold_type, breakpoint_threshold_amount,
-                                  number_of_chunks, reference_mode=True)
+        breaks = find_breakpoints(distances, breakpoint_threshold_type, breakpoint_threshold_amount, number_of_chunks)
         groups, first = [], 0
         for end in breaks:
             if min_chunk_size is not None and len(joined(first, end)) < min_chunk_size:
@@ -286,7 +284,7 @@ def reference_spans(
         if tokens <= chunk_token_size:
             out.append(Span(start, start + len(stripped), stripped, tokens))
             continue
-        for piece in split_recursive(stripped, tokenizer, chunk_token_size, 0, PLAIN_SEPARATORS_R, reference_mode=True):
+        for piece in split_recursive(stripped, tokenizer, chunk_token_size, 0, PLAIN_SEPARATORS, reference_mode=True):
             out.append(Span(start + piece.start, start + piece.end, piece.text, piece.tokens))
     return out
 
@@ -619,14 +617,10 @@ def find_breakpoints(
     threshold_type: ThresholdType = "percentile",
     amount: float | None = None,
     number_of_chunks: int | None = None,
-    *,
-    reference_mode: bool = False,
 ) -> list[int]:
-    """Indices ``i`` of the gaps (between unit ``i`` and ``i + 1``) that start a new chunk.
-    (``reference_mode``: the gradient of one distance is the reference's case to decide.)"""
+    """Indices ``i`` of the gaps (between unit ``i`` and ``i + 1``) that start a new chunk."""
     d = np.asarray(distances, dtype=np.float64)
-    if d.size == 0 or (not reference_mode and threshold_type == "gradient" and number_of_chunks is None
-                       and d.size < 2):
+    if d.size == 0 or (threshold_type == "gradient" and number_of_chunks is None and d.size < 2):
         return []
     if number_of_chunks is not None:
         threshold, scores = threshold_for_chunk_count(d, number_of_chunks), d

@@ -772,8 +772,8 @@ class _Splitter:
     # -- text ------------------------------------------------------------------------
 
     def join(self, units: list[Unit]) -> str:
-        if all(b.start == a.end and b.page == a.page for a, b in zip(units, units[1:])):
-            return self.text[units[0].start : units[-1].end] if units else ""  # contiguous: nothing to join
+        if self.contiguous(units):
+            return self.text[units[0].start : units[-1].end] if units else ""  # nothing to join
         parts: list[str] = []
         previous: Unit | None = None
         for unit in units:
@@ -805,15 +805,8 @@ class _Splitter:
     def emitted_directly(self, draft: _Draft) -> bool:
         """Whether ``draft`` is one unit the reference appends as a chunk without its builder:
         a piece of an oversized span, or a span longer than the soft budget (reference mode)."""
-        if draft._units is None:
-            if draft.hi - draft.lo != 1:
-                return False
-            start, end, piece = draft.store.starts[draft.lo], draft.store.ends[draft.lo], draft.store.pieces[draft.lo]
-        else:
-            if len(draft._units) != 1:
-                return False
-            start, end, piece = draft._units[0].start, draft._units[0].end, draft._units[0].piece
-        return piece or end - start > self.config.max_section_length
+        units = draft.units
+        return len(units) == 1 and (units[0].piece or units[0].end - units[0].start > self.config.max_section_length)
 
     def normalize(self, text: str) -> str:
         """The reference's normalization (reference mode): trim only whitespace that makes a small overflow.
