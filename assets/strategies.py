@@ -42,7 +42,7 @@ from assets.partitions import DOCUMENT_ASSET_ARGS
 from chunking.embedding import RecordingEmbedder
 from chunking.limits import LimitExceeded, check_chunk_count, check_time_budget, time_budget
 from chunking.model import Chunk
-from chunking.strategies import StrategySpec, config_hash, token_cap
+from chunking.strategies import DEFAULT_TOKENIZER_ENCODING, StrategySpec, config_hash, token_cap
 from resources.documents import DocumentsFolder
 from resources.embedding import EmbeddingModelResource
 from resources.store import ChunkStore, StoreResource, Write
@@ -134,19 +134,20 @@ def _chunks_write_of(
 
 def build_strategy_assets(
     spec: StrategySpec, config: BaseModel, embedding_model_id: str, embed_context: EmbedContext | bool = False,
-    name: str | None = None,
+    name: str | None = None, tokenizer_encoding: str = DEFAULT_TOKENIZER_ENCODING,
 ) -> list[AssetsDefinition]:
     """The two assets of one strategy, configured with ``config``; ``embed_context``: embed each chunk
     with its document title and heading path prepended and/or its neighbouring text, or late-chunked
     in a window of its neighbours (an EmbedContext;
     ``True`` means the title and heading path only; search/context.py). ``name`` (default: the
     strategy's) names the assets ``chunks_<name>`` / ``embeddings_<name>`` and is the ``strategy``
-    their rows carry in the store, so a variant of a strategy is a strategy of its own downstream."""
+    their rows carry in the store, so a variant of a strategy is a strategy of its own downstream.
+    ``tokenizer_encoding``: the tokenizer resource's, part of the chunks' code version (``config_hash``)."""
     strategy_name = name or spec.name
     embed_context = EmbedContext.of(embed_context)
     chunks_key = AssetKey(f"chunks_{strategy_name}")
     embeddings_key = AssetKey(f"embeddings_{strategy_name}")
-    cfg_hash = config_hash(config)
+    cfg_hash = config_hash(config, tokenizer_encoding)
     # The embedder as the embeddings asset's code version names it: what a recorded embedding
     # failure is for (a new model or context is another try).
     embed_version = embedding_model_id + embed_context.code_version_suffix()

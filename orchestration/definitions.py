@@ -90,12 +90,13 @@ def build_project(settings: Settings) -> Project:
     config_hashes: dict[str, str] = {}
     embed_versions: dict[str, str] = {}
     for instance in instances:
-        config_hashes[instance.name] = config_hash(instance.config)
+        config_hashes[instance.name] = config_hash(instance.config, settings.tokenizer_encoding)
         # As the store records them (EmbeddingModelResource.embedder_identity): the same on every host.
         embed_versions[instance.name] = (embedding.embedder_identity
                                           + EmbedContext.of(instance.embed_context).code_version_suffix())
         strategy_assets.extend(build_strategy_assets(
-            instance.spec, instance.config, embedding.model_id, instance.embed_context, name=instance.name
+            instance.spec, instance.config, embedding.model_id, instance.embed_context, name=instance.name,
+            tokenizer_encoding=settings.tokenizer_encoding,
         ))
 
     # Not document assets (unpartitioned, outside graph_order): they summarize the store.

@@ -186,10 +186,21 @@ def all_strategies() -> list[StrategySpec]:
     return [get_strategy(name) for name in _MODULES]
 
 
-def config_hash(config: BaseModel) -> str:
-    """Stable short hash of a strategy config: the chunk assets' code version."""
+# The tokenizer encoding that config_hash leaves unnamed: hashes stored before the encoding
+# was part of them were all made with it, and they still match.
+DEFAULT_TOKENIZER_ENCODING = "cl100k_base"
+
+
+def config_hash(config: BaseModel, tokenizer_encoding: str = DEFAULT_TOKENIZER_ENCODING) -> str:
+    """Stable short hash of a strategy config and of the tokenizer that counts its chunks: the
+    chunk assets' code version, stored with every chunk.
+
+    Another encoding cuts and counts other chunks, so it is another version (``<hash>:<encoding>``):
+    changing ``tokenizer_encoding`` plans every document's chunks again, as a config change does.
+    """
     canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+    return digest if tokenizer_encoding == DEFAULT_TOKENIZER_ENCODING else f"{digest}:{tokenizer_encoding}"
 
 
 def token_cap(config: BaseModel) -> int | None:

@@ -7,6 +7,7 @@ changed nothing until `--force` (and vector search then found no vectors of the 
 """
 
 import duckdb
+from dagster import AssetKey
 
 from orchestration.definitions import INGEST_JOB, build_project
 from orchestration.schedules import chunk_refresh, plan_from_refresh
@@ -71,3 +72,27 @@ def test_a_schema_5_file_takes_its_vectors_as_of_their_model(tmp_path):
         assert con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall() == [
             (str(schema.SCHEMA_VERSION),)]
     assert store.stored_embed_versions() == {"recursive": {"a.txt": {"m:float32"}}}
+
+
+def test_a_changed_tokenizer_encoding_plans_every_document_chunked_again(settings, instance, docs_dir):
+    """The encoding cuts and counts the chunks, so it is part of their version: before, the stored
+    chunks (cut and counted with cl100k_base) stayed current after `tokenizer_encoding = "o200k_base"`."""
+    from chunking.strategies import config_hash
+
+    settings = settings.model_copy(update={"enabled_strategies": ["recursive", "token"]})
+    assert run(settings, instance, "alpha.md", "sub/beta.txt").success
+    assert plan(settings, instance) == {}
+    default = build_project(settings).config_hashes
+    # The default encoding adds nothing: the hashes of stores made before it was part of them still match.
+    configs = {i.name: i.config for i in settings.strategy_instances()}
+    assert default == {name: config_hash(config) for name, config in configs.items()}
+
+    other = settings.model_copy(update={"tokenizer_encoding": "o200k_base"})
+    project = build_project(other)
+    assert all(project.config_hashes[s] == f"{default[s]}:o200k_base" for s in ("recursive", "token"))
+    graph = project.defs.resolve_asset_graph()
+    assert {s: graph.get(AssetKey(f"chunks_{s}")).code_version for s in ("recursive", "token")} == project.config_hashes
+    planned = plan(other, instance)
+    assert set(planned) == {"alpha.md", "sub/beta.txt"}
+    assert all(sorted(k.to_user_string() for k in keys) == [
+        "chunks_recursive", "chunks_token", "embeddings_recursive", "embeddings_token"] for keys in planned.values())
