@@ -44,6 +44,8 @@ from resources.ownership import claim_for_store, store_conflict
 from resources.store import SourceRootConflict, StoreLockedError, StoreResource
 
 RAW = AssetKey("raw_documents")
+# The corpus-wide statistics (assets/stats.py): refreshed after the sensor deletes documents.
+STATS = AssetKey("strategy_stats")
 SENSOR_LOCK_TIMEOUT_S = 10.0
 
 
@@ -74,10 +76,11 @@ def _cli_owns_documents(context: SensorEvaluationContext) -> SkipReason | None:
 
 @sensor(
     name="documents_sensor",
-    target=[RAW],
+    target=[RAW, STATS],
     minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Watches the documents folder: adds/removes partitions, requests runs for new or changed content.",
+    description="Watches the documents folder: adds/removes partitions, requests runs for new or changed content, "
+                "and refreshes strategy_stats after a deletion.",
 )
 def documents_sensor(
     context: SensorEvaluationContext, documents: DocumentsFolder, store: StoreResource
@@ -171,6 +174,9 @@ def documents_sensor(
         for doc_id, sha in sorted(changes.to_process.items())
         if seen_sha.get(doc_id) != sha or doc_id in again
     ]
+    if deleted:
+        # Nothing else would: the statistics are refreshed after embeddings, and a deletion makes none.
+        run_requests.append(RunRequest(run_key=f"{STATS.to_user_string()}#{serial}", asset_selection=[STATS]))
     asked_again = {d: entry for d, entry in asked_again.items() if d in changes.to_process}
     if run_requests or deleted:
         context.log.info(f"{len(run_requests)} new or changed, {len(deleted)} deleted document(s)")

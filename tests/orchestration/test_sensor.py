@@ -5,6 +5,7 @@ import json
 import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetKey,
     DagsterRun,
     DagsterRunStatus,
     DeleteDynamicPartitionsRequest,
@@ -39,6 +40,8 @@ def evaluate(instance, resources, cursor=None, launch=True):
         # And submit the requested runs, as the daemon does: waiting for a run worker (a QUEUED
         # run needs a code-location origin to be stored; NOT_STARTED waits the same way).
         for request in result.run_requests:
+            if request.partition_key is None:  # the statistics' refresh after a deletion
+                continue
             instance.add_run(DagsterRun(job_name="ingest_job", status=DagsterRunStatus.NOT_STARTED,
                                         tags={"dagster/partition": request.partition_key}))
     return result
@@ -191,7 +194,7 @@ def test_deleted_file_loses_its_partition_and_every_row(instance, resources, set
     page.write_text("<html>text</html>", encoding="utf-8")
     (docs_dir / "alpha.md").unlink()
     second = evaluate(instance, resources, first.cursor)
-    assert second.run_requests == []
+    assert [r.asset_selection for r in second.run_requests] == [[AssetKey("strategy_stats")]]  # no document run
     delete = [r for r in second.dynamic_partitions_requests if isinstance(r, DeleteDynamicPartitionsRequest)]
     assert list(delete[0].partition_keys) == ["alpha.md"]
     assert instance.get_dynamic_partitions("documents") == ["sub/beta.txt"]
@@ -302,3 +305,33 @@ def test_a_run_that_stored_the_change_during_the_tick_is_not_asked_again(instanc
     monkeypatch.setattr(ChunkStore, "document_hashes", first_read_before_the_run)
     third = evaluate(instance, resources, second.cursor)
     assert len(reads) == 2 and "alpha.md" not in {r.partition_key for r in third.run_requests}
+
+
+def test_a_deletion_refreshes_the_statistics_without_the_deleted_document(instance, settings, docs_dir):
+    """The statistics refresh after embeddings, which a deletion makes none of: before, they kept a
+    document the sensor had deleted until the next run. The sensor asks for them itself."""
+    from orchestration.definitions import build_project
+
+    project = build_project(settings.model_copy(update={"enabled_strategies": ["recursive"]}))
+    resources = {"documents": DocumentsFolder(root=settings.docs_root), "store": StoreResource(path=settings.db_path)}
+    first = evaluate(instance, resources)
+    assert all(r.asset_selection == [AssetKey("raw_documents")] for r in first.run_requests)  # nothing deleted yet
+    ingest = project.defs.resolve_job_def("ingest_job")
+    for doc_id in ("alpha.md", "sub/beta.txt"):
+        assert ingest.execute_in_process(instance=instance, partition_key=doc_id).success
+
+    (docs_dir / "alpha.md").unlink()
+    # Evaluated as the daemon does: through the sensor definition, which resolves each request
+    # against its target's job (and refuses one that job cannot run).
+    with build_sensor_context(instance=instance, cursor=first.cursor, resources=resources,
+                              repository_def=project.defs.get_repository_def()) as context:
+        second = project.defs.resolve_sensor_def("documents_sensor").evaluate_tick(context)
+    [request] = second.run_requests
+    assert request.asset_selection == [AssetKey("strategy_stats")] and request.partition_key is None
+    # Run as the daemon runs a request of this sensor: its target's job, the request's selection.
+    job = project.defs.get_repository_def().get_job("__anonymous_asset_job_documents_sensor")
+    assert job.execute_in_process(instance=instance, asset_selection=request.asset_selection).success
+    stats = instance.get_latest_materialization_event(AssetKey("strategy_stats")).asset_materialization.metadata
+    assert stats["recursive/documents"].value == 1
+    # A later tick with nothing deleted asks for nothing.
+    assert evaluate(instance, resources, second.cursor, launch=False).run_requests == []
