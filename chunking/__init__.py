@@ -39,10 +39,22 @@ def chunk_document(
     a token cap (mapped to its own field); an unknown field raises
     ``StrategyConfigError`` listing the valid ones. ``semantic`` needs ``embedder``
     (or ``allow_recursive_fallback=True``).
+
+    Refused before any chunking: a document that breaks the invariants of :mod:`chunking.model`
+    (``InvalidDocumentError``: its chunks' offsets and provenance would be wrong), an unknown
+    strategy (``UnknownStrategyError``), a ``tokenizer`` without ``encode`` and ``decode``
+    (``TypeError``: a string such as ``"cl100k_base"`` has an ``encode`` of its own, and every
+    count came back 0). All but the last are ``ValueError``.
     """
+    from chunking.errors import InvalidDocumentError
     from chunking.strategies import get_strategy
 
     spec = get_strategy(strategy)
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer: expected a Tokenizer (encode and decode), e.g. "
+                        f"chunking.default_tokenizer('cl100k_base'); got {type(tokenizer).__name__}")
+    if problems := doc.invariant_problems():
+        raise InvalidDocumentError(doc.doc_id, problems)
     return spec.chunk(doc, spec.parse_config(config), tokenizer or default_tokenizer(), embedder)
 
 
@@ -54,7 +66,11 @@ def chunk_text(
     embedder: Any = None,
     **config: Any,
 ) -> list[Chunk]:
-    """Chunk plain text (one page, no blocks) with a registered strategy."""
+    """Chunk plain text (one page, no blocks) with a registered strategy (see :func:`chunk_document`).
+    ``text`` must be a ``str`` (``TypeError`` otherwise: decode bytes first, knowing their encoding)."""
+    if not isinstance(text, str):
+        hint = " (decode it first, e.g. data.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"chunk_text: text must be str, got {type(text).__name__}{hint}")
     return chunk_document(
         ParsedDocument.from_text(text), strategy, tokenizer=tokenizer, embedder=embedder, **config
     )

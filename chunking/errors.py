@@ -1,4 +1,5 @@
-"""The one exception a parser lets escape for bad input."""
+"""The exceptions the library raises for bad input: a document a parser cannot read, a document or
+strategy name the chunkers cannot take."""
 
 from __future__ import annotations
 
@@ -17,3 +18,22 @@ class DocumentError(ValueError):
 
     def __reduce__(self):  # noqa: ANN204 - pickling (a parse worker sends it to its parent)
         return (DocumentError, (self.source, self.cause))
+
+
+class InvalidDocumentError(ValueError):
+    """A ``ParsedDocument`` given to ``chunk_document`` that breaks the invariants of
+    :mod:`chunking.model` (its chunks' offsets, pages and blocks would be wrong); ``problems``
+    lists each one."""
+
+    def __init__(self, doc_id: str, problems: list[str]) -> None:
+        self.doc_id = doc_id
+        self.problems = problems
+        super().__init__(f"document {doc_id!r} cannot be chunked: {'; '.join(problems)}")
+
+
+class UnknownStrategyError(KeyError, ValueError):
+    """A strategy name that is not registered. A ``KeyError`` as before, and a ``ValueError`` like
+    every other bad argument of the chunking entry points (one ``except ValueError`` takes them all)."""
+
+    def __str__(self) -> str:  # KeyError's own would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,6 +79,30 @@ class ParsedDocument(BaseModel):
         """A one-page document with no blocks: the shape of plain text input."""
         return cls(doc_id=doc_id, text=text, pages=[Page(page_num=0, char_offset=0, text=text)], **kwargs)
 
+    def invariant_problems(self) -> list[str]:
+        """Violations of the module docstring's invariants (pages, block spans) and text UTF-8
+        cannot hold (a lone surrogate: chunk hashes, the store and the sidecars need UTF-8);
+        empty for a sound document. Linear in the text, no copy of it beyond one join of the pages."""
+        problems: list[str] = []
+        if "".join(p.text for p in self.pages) != self.text:
+            problems.append("pages do not concatenate to the text")
+        offset = 0
+        for page in self.pages:
+            if page.char_offset != offset:
+                problems.append(f"page {page.page_num} starts at {page.char_offset}, expected {offset}")
+            offset += len(page.text)
+        previous_end = 0
+        for block in self.blocks:
+            if block.char_start is None or block.char_end is None:
+                continue  # a block located nowhere: allowed, it gives no provenance
+            if not previous_end <= block.char_start <= block.char_end <= len(self.text):
+                span = f"{block.char_start}:{block.char_end}"
+                problems.append(f"block {block.index} span {span} is out of order or range")
+            previous_end = block.char_end
+        if (surrogate := _LONE_SURROGATE.search(self.text)) is not None:
+            problems.append(f"the text holds a lone surrogate at character {surrogate.start()} (UTF-8 cannot hold it)")
+        return problems
+
     def page_at(self, char_index: int, offsets: list[int] | None = None) -> int:
         """Page number containing ``char_index`` (the last page for an index at the end).
 
@@ -88,6 +113,9 @@ class ParsedDocument(BaseModel):
             offsets = [p.char_offset for p in self.pages]
         i = bisect.bisect_right(offsets, char_index) - 1
         return self.pages[max(i, 0)].page_num if self.pages else 0
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Chunk(BaseModel):

@@ -225,26 +225,17 @@ def assemble_structured(
 
 
 def document_problems(doc: ParsedDocument) -> list[str]:
-    """Violations of the :mod:`chunking.model` invariants, empty for a sound document.
+    """Violations of the :mod:`chunking.model` invariants (``ParsedDocument.invariant_problems``),
+    and of what a parser of this package makes (every block located, its id and heading line);
+    empty for a sound document.
 
     Cheap enough to run on every parsed document (an asset check, a test helper).
     """
-    problems: list[str] = []
-    if "".join(p.text for p in doc.pages) != doc.text:
-        problems.append("pages do not concatenate to the text")
-    offset = 0
-    for page in doc.pages:
-        if page.char_offset != offset:
-            problems.append(f"page {page.page_num} starts at {page.char_offset}, expected {offset}")
-        offset += len(page.text)
-    previous_end = 0
+    problems = doc.invariant_problems()
     for block in doc.blocks:
         if block.char_start is None or block.char_end is None:
             problems.append(f"block {block.index} has no char span")
             continue
-        if not previous_end <= block.char_start <= block.char_end <= len(doc.text):
-            problems.append(f"block {block.index} span {block.char_start}:{block.char_end} is out of order or range")
-        previous_end = block.char_end
         if doc.metadata.get("sidecar"):
             continue  # ids and content lines are the foreign tool's own
         if block.block_id != block_id(doc.doc_id, block.index, block.heading, block.content):

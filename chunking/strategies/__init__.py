@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
 from chunking.embedding import Embedder
+from chunking.errors import UnknownStrategyError
 from chunking.model import Chunk, ParsedDocument
 from chunking.tokenizers import Tokenizer
 
@@ -114,6 +115,22 @@ def config_field_names(spec: StrategySpec) -> list[str]:
     return names
 
 
+def lax_int(value: Any) -> int | None:
+    """``value`` as the config's ``int`` field will take it (pydantic's lax mode: ``"200"``, ``200.0``,
+    a numpy integer), or None when the field will refuse it. For validators that derive a default
+    from a size before pydantic converts it: they must read a size the same whatever its type
+    (``numpy.int64(200)`` once kept the default overlap of 100, which 200 scaled to 50)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return _INT.validate_python(value)
+    except ValidationError:
+        return None
+
+
+_INT = TypeAdapter(int)
+
+
 class TokenBudgetConfig(BaseModel):
     """Base of the configs with a hard token cap and a token overlap below it.
 
@@ -136,9 +153,9 @@ class TokenBudgetConfig(BaseModel):
         whole until it no longer fit made 101 tokens overlap by 100 and 100 tokens by 8)."""
         if not isinstance(values, dict) or "chunk_overlap_token_size" in values:
             return values
-        size = values.get("chunk_token_size")
+        size = lax_int(values.get("chunk_token_size"))
         overlap = cls.model_fields["chunk_overlap_token_size"].default
-        if type(size) is int and type(overlap) is int and 0 < size and size // 4 < overlap:
+        if size is not None and type(overlap) is int and 0 < size and size // 4 < overlap:
             return {**values, "chunk_overlap_token_size": size // 4}
         return values
 
@@ -176,7 +193,7 @@ def get_strategy(name: str) -> StrategySpec:
     try:
         module_path = _MODULES[name]
     except KeyError:
-        raise KeyError(f"unknown chunking strategy {name!r}; known: {', '.join(_MODULES)}") from None
+        raise UnknownStrategyError(f"unknown chunking strategy {name!r}; known: {', '.join(_MODULES)}") from None
     spec = importlib.import_module(module_path).SPEC
     assert spec.name == name, f"{module_path}.SPEC is named {spec.name!r}, registered as {name!r}"
     return spec

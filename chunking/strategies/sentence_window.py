@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.segmenter import sentence_bounds
-from chunking.strategies import StrategySpec
+from chunking.strategies import StrategySpec, lax_int
 from chunking.strategies.recursive import CJK_SEPARATORS, split_recursive
 from chunking.tokenizers import (
     CharTokenizer,
@@ -80,9 +80,36 @@ def scaled_default_overlap(preset: dict[str, Any], chunk_size: Any) -> int | Non
     ``overlap`` is never changed here and is rejected when it does not fit.
     A preset with a ratio (``adr``) needs no scaling and keeps ``None``.
     """
-    if preset["overlap"] is None or not isinstance(chunk_size, int) or chunk_size < 1:
+    size = lax_int(chunk_size)
+    if preset["overlap"] is None or size is None or size < 1:
         return preset["overlap"]
-    return preset["overlap"] * chunk_size // preset["chunk_size"]
+    return preset["overlap"] * size // preset["chunk_size"]
+
+
+# The seeds' estimate of characters per token (the service seed's ceil(chars/4)).
+CHARS_PER_TOKEN = 4
+
+
+def preset_sizes_in_unit(preset: dict[str, Any], explicit: dict[str, Any]) -> dict[str, int]:
+    """The preset's sizes the caller did not set, in the unit the caller chose when it is not the
+    preset's own (``adr``'s characters with ``unit="tokens"``, which ``chunk_token_size`` and
+    ``chunk_overlap_token_size`` imply): scaled by the caller's ``chunk_size`` against the preset's
+    when given (the same shares), else by ``CHARS_PER_TOKEN`` (a fixed overlap too). Empty in the
+    preset's own unit.
+    Before, ``adr`` with ``chunk_overlap_token_size=50`` made chunks of 3,000 *tokens*."""
+    unit = explicit.get("unit")
+    if unit is None or unit == preset["unit"]:
+        return {}
+    size = lax_int(explicit.get("chunk_size"))
+    if size is not None and size >= 1:
+        factor = size / preset["chunk_size"]
+    else:
+        factor = 1 / CHARS_PER_TOKEN if unit == "tokens" else CHARS_PER_TOKEN
+    sizes = {k: max(1 if k != "min_size" else 0, round(preset[k] * factor))
+             for k in ("chunk_size", "min_size", "max_size") if k not in explicit}
+    if preset["overlap"] is not None and not {"chunk_size", "overlap", "overlap_ratio"} & explicit.keys():
+        sizes["overlap"] = round(preset["overlap"] * factor)  # (with a chunk_size, scaled_default_overlap's)
+    return sizes
 
 
 class SentenceWindowConfig(BaseModel):
@@ -122,6 +149,7 @@ class SentenceWindowConfig(BaseModel):
             merged["max_size"] = explicit["chunk_size"]
         if "chunk_size" in explicit and "overlap" not in explicit and "overlap_ratio" not in explicit:
             merged["overlap"] = scaled_default_overlap(PRESETS[preset], explicit["chunk_size"])
+        merged.update(preset_sizes_in_unit(PRESETS[preset], explicit))
         return {**explicit, **merged}
 
     @model_validator(mode="after")

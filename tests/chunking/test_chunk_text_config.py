@@ -112,3 +112,70 @@ def test_config_field_names_list_every_strategy_field_and_common_names():
         names = config_field_names(spec)
         assert set(spec.config_model.model_fields) <= set(names)
     assert "chunk_token_size" in config_field_names(get_strategy("sentence"))
+
+
+def test_the_entry_points_refuse_what_they_cannot_chunk_truly():
+    """Found by a reading of README "Using the library without Dagster" (session 30): each of these
+    used to return wrong chunks without a word, or fail later with an error naming an internal model."""
+    from chunking import ParsedDocument, Page, chunk_document
+    from chunking.errors import InvalidDocumentError, UnknownStrategyError
+
+    # A string for a tokenizer has an ``encode`` of its own: every count came back 0, no cap held.
+    with pytest.raises(TypeError, match=r"tokenizer: expected a Tokenizer \(encode and decode\).*got str"):
+        chunk_text(PROSE, tokenizer="cl100k_base")
+    with pytest.raises(TypeError, match=r"text must be str, got bytes \(decode it first"):
+        chunk_text(PROSE.encode())
+    with pytest.raises(TypeError, match="text must be str, got NoneType"):
+        chunk_text(None)
+    # A typo in the strategy: a ValueError like every other bad argument, still a KeyError as before.
+    with pytest.raises(ValueError, match="unknown chunking strategy 'recursve'; known: recursive, "):
+        chunk_text(PROSE, "recursve")
+    assert issubclass(UnknownStrategyError, KeyError)
+    # Pages that are not the text, out of order: chunked with wrong pages before.
+    text = "hello world. " * 100
+    scrambled = ParsedDocument(doc_id="x", text=text, pages=[Page(page_num=5, char_offset=600, text="x"),
+                                                              Page(page_num=2, char_offset=0, text="y")])
+    with pytest.raises(InvalidDocumentError, match="document 'x' cannot be chunked: pages do not concatenate to "
+                                                   "the text; page 5 starts at 600, expected 0"):
+        chunk_document(scrambled, "recursive")
+    # A block past the end of the text: paragraph made a chunk ending past it.
+    from chunking import Block
+
+    paged = ParsedDocument.from_text(text)
+    beyond = paged.model_copy(update={"blocks": [Block(index=0, content="zzz", char_start=0, char_end=999_999)]})
+    with pytest.raises(InvalidDocumentError, match="block 0 span 0:999999 is out of order or range"):
+        chunk_document(beyond, "paragraph")
+    # A lone surrogate: chunked, then every chunk's own hash failed (the pipeline hashes each one).
+    with pytest.raises(InvalidDocumentError, match="lone surrogate at character 3"):
+        chunk_text("abc\udcff def")
+    assert chunk_document(paged, "recursive", tokenizer=CHAR, chunk_token_size=100)  # a sound one is chunked
+
+
+def test_a_size_derives_the_same_defaults_whatever_its_type():
+    """A numpy integer (a size computed with numpy), "200" or 200.0 is the int the field takes: the
+    default overlap derived from it is the same. np.int64(200) kept the default 100, and "50" / 50.0
+    were refused for an overlap (100) the caller never set."""
+    recursive, window = get_strategy("recursive"), get_strategy("sentence_window")
+    for size in (200, np.int64(200), np.int32(200), "200", 200.0):
+        assert recursive.parse_config({"chunk_token_size": size}).chunk_overlap_token_size == 50, repr(size)
+        assert window.parse_config({"chunk_size": size}).overlap == 200 * 128 // 512, repr(size)
+    assert recursive.parse_config({"chunk_token_size": "50"}).chunk_overlap_token_size == 12
+    with pytest.raises(ValueError, match=r"chunk_overlap_token_size \(60\) must be smaller"):
+        recursive.parse_config({"chunk_token_size": np.int64(50), "chunk_overlap_token_size": 60})
+
+
+def test_the_adr_presets_sizes_follow_the_token_unit_the_common_names_choose():
+    """adr counts characters (3,000 target, 500..5,000). The common names switch it to tokens; the sizes
+    left to the preset are then in tokens too: scaled by the caller's size, else at 4 characters a
+    token. Before, chunk_overlap_token_size=50 made chunks of up to 5,000 *tokens*."""
+    window = get_strategy("sentence_window")
+    overlap_only = window.parse_config({"preset": "adr", "chunk_overlap_token_size": 50})
+    assert (overlap_only.unit, overlap_only.chunk_size, overlap_only.min_size, overlap_only.max_size,
+            overlap_only.overlap) == ("tokens", 750, 125, 1250, 50)
+    sized = window.parse_config({"preset": "adr", "chunk_token_size": 300})
+    assert (sized.chunk_size, sized.max_size, sized.min_size) == (300, 300, 50)  # min: 500 of 3,000, scaled
+    # In the preset's own unit nothing moves.
+    assert window.parse_config({"preset": "adr", "chunk_size": 1000}).min_size == 500
+    text = " ".join(f"Sentence {i} of the decision record says one more thing about it." for i in range(600))
+    chunks = chunk_text(text, "sentence_window", preset="adr", chunk_overlap_token_size=50)
+    assert max(c.token_count for c in chunks) <= 1250 and len(chunks) > 3
