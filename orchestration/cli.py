@@ -213,17 +213,15 @@ def ingest(args: argparse.Namespace, watch: InterruptWatch) -> int:
     batch_size = run_batch_size(args.batch)
     resources = definitions.defs.resources
     folder, store_resource = resources["documents"], resources["store"]
-    # One database per instance and per folder of side outputs (resources.ownership); lake
-    # mode has no database file to tell owners apart by, so it is not checked.
-    claims = store_resource.mode == "duckdb"
+    # One database (or lake) per instance and per folder of side outputs (resources.ownership).
     home, outputs = Path(os.environ["DAGSTER_HOME"]), side_output_dirs(store_resource.path, store_resource.sidecar_path())
-    if claims and (conflict := ownership_conflict(home, store_resource.path, outputs)):
+    lake = store_resource.lake_config()
+    if conflict := ownership_conflict(home, store_resource.path, outputs, lake):
         raise SourceRootConflict(conflict)  # before the database is created or opened
     store = store_resource.store()
     store.initialize()
     store.claim_source_root(folder.root_path)  # raises SourceRootConflict before anything is written
-    if claims:
-        claim_instance_and_outputs(home, store_resource.path, outputs)
+    claim_instance_and_outputs(home, store_resource.path, outputs, lake)
     store.forget_strategy_failures(list(definitions.project.config_hashes))
     if args.prune:
         pruned = store.prune_strategies(list(definitions.project.config_hashes))

@@ -13,9 +13,10 @@ database stops before writing anything, naming what to set instead; the sensor a
 schedule skip their tick with the same message.
 
 A claim whose database file is gone is taken over (its owner was deleted); the same file
-under another path (a symlink, a moved project) is the same owner. Lake mode has no
-database file to tell owners apart by, so it is not checked (README "One folder per
-database").
+under another path (a symlink, a moved project) is the same owner. In lake mode the owner
+is the lake: its catalog (a file catalog by its resolved path, a PostgreSQL one by its
+connection string without any password) and its data path, so two lakes, or a lake and a
+database file, are told apart the same way; a lake whose catalog file is gone is taken over.
 """
 
 from __future__ import annotations
@@ -29,20 +30,25 @@ from resources.store import SourceRootConflict
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-    from resources.store import StoreResource
+    from resources.store import LakeConfig, StoreResource
 
 INSTANCE_MARKER = "chunkyard-database"
 OUTPUTS_MARKER = ".chunkyard-database"
+# A marker naming a lake: this, its catalog and its data path, tab-separated (a database file's
+# marker holds its absolute path, which never starts so).
+LAKE_OWNER = "ducklake"
 
 
-def ownership_conflict(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path]) -> str | None:
-    """Why ``db_path`` may not run on ``dagster_home`` or write into ``output_dirs``; None when it may.
+def ownership_conflict(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path],
+                       lake: "LakeConfig | None" = None) -> str | None:
+    """Why ``db_path`` (or, given ``lake``, that lake, whose local outputs go beside ``db_path``) may not
+    run on ``dagster_home`` or write into ``output_dirs``; None when it may.
 
     ``output_dirs[0]`` is the database's own folder; any other is a sidecar folder set in the config.
     ``dagster_home`` None: an instance no other process sees (ephemeral), so only the folders are checked.
     """
-    database = Path(db_path).resolve()
-    name = _name(database)
+    database = _claimant(db_path, lake)
+    name = _name(Path(db_path).resolve())
     marker = dagster_home / INSTANCE_MARKER if dagster_home is not None else None
     owner = _owner(marker) if marker is not None else None
     if dagster_home is not None and _another(owner, database):
@@ -50,28 +56,32 @@ def ownership_conflict(dagster_home: Path | None, db_path: Path | str, output_di
         if suggested == dagster_home:
             suggested = dagster_home.parent / f".dagster-{name}-2"
         return (f"the Dagster instance {dagster_home} (DAGSTER_HOME) keeps the runs and document partitions of "
-                f"{owner}; it will not take {database} too (same-named documents would share a partition, and "
-                f"each folder's run would delete or process the other's). Give this database its own instance, "
+                f"{_shown(owner)}; it will not take {_shown(database)} too (same-named documents would share a "
+                f"partition, and each folder's run would delete or process the other's). Give this database its own "
+                f"instance, "
                 f"e.g. DAGSTER_HOME={suggested} (or delete {marker} if this database is that one, copied or moved)")
     for index, folder in enumerate(dict.fromkeys(output_dirs)):
         marker = folder / OUTPUTS_MARKER
         owner = _owner(marker)
         if _another(owner, database):
-            fix = (f"give this database a folder of its own, e.g. CHUNKYARD_DB={database.parent / name / database.name}"
+            own = Path(db_path).resolve()
+            fix = (f"give this database a folder of its own, e.g. CHUNKYARD_DB={own.parent / name / own.name}"
                    if index == 0 else "set this database's sidecar_dir (chunkyard.toml) to a folder of its own")
-            return (f"{folder} holds the side outputs (sidecars, viewer pages, statistics) of {owner}; it will not "
-                    f"take {database}'s too (same-named documents would overwrite or delete each other's files): "
-                    f"{fix} (or delete {marker} if this database is that one, copied or moved)")
+            return (f"{folder} holds the side outputs (sidecars, viewer pages, statistics) of {_shown(owner)}; it "
+                    f"will not take {_shown(database)}'s too (same-named documents would overwrite or delete each "
+                    f"other's files): {fix} (or delete {marker} if this database is that one, copied or moved)")
     return None
 
 
-def claim_instance_and_outputs(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path]) -> None:
-    """Claim ``dagster_home`` (unless None) and each of ``output_dirs`` for ``db_path``: ``SourceRootConflict``
-    when another database holds one (:func:`ownership_conflict`), else its marker names this one."""
-    conflict = ownership_conflict(dagster_home, db_path, output_dirs)
+def claim_instance_and_outputs(dagster_home: Path | None, db_path: Path | str, output_dirs: list[Path],
+                               lake: "LakeConfig | None" = None) -> None:
+    """Claim ``dagster_home`` (unless None) and each of ``output_dirs`` for ``db_path`` (or ``lake``):
+    ``SourceRootConflict`` when another database holds one (:func:`ownership_conflict`), else its marker
+    names this one."""
+    conflict = ownership_conflict(dagster_home, db_path, output_dirs, lake)
     if conflict:
         raise SourceRootConflict(conflict)
-    database = Path(db_path).resolve()
+    database = _claimant(db_path, lake)
     if dagster_home is not None:
         _write_owner(dagster_home / INSTANCE_MARKER, database)
     for folder in dict.fromkeys(output_dirs):
@@ -79,18 +89,15 @@ def claim_instance_and_outputs(dagster_home: Path | None, db_path: Path | str, o
 
 
 def store_conflict(instance: "DagsterInstance", store: "StoreResource") -> str | None:
-    """:func:`ownership_conflict` of ``store`` on ``instance`` (a sensor's or schedule's tick); None in lake
-    mode, which is not checked."""
-    if store.mode != "duckdb":
-        return None
-    return ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()))
+    """:func:`ownership_conflict` of ``store`` on ``instance`` (a sensor's or schedule's tick)."""
+    return ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()),
+                              store.lake_config())
 
 
 def claim_for_store(instance: "DagsterInstance", store: "StoreResource") -> None:
-    """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource); lake mode
-    is not checked."""
-    if store.mode == "duckdb":
-        claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()))
+    """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource)."""
+    claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()),
+                               store.lake_config())
 
 
 def _home(instance: "DagsterInstance") -> Path | None:
@@ -112,25 +119,64 @@ def _name(database: Path) -> str:
     return database.parent.name if database.stem == "chunkyard" and database.parent.name else database.stem
 
 
-def _another(owner: Path | None, database: Path) -> bool:
-    """Whether ``owner`` is a database other than ``database`` that still exists."""
-    if owner is None or owner == database or not owner.exists():
+def _claimant(db_path: Path | str, lake: "LakeConfig | None") -> Path | str:
+    """What a marker names: the database file's resolved path, or the lake (:func:`lake_owner`)."""
+    return lake_owner(lake) if lake is not None else Path(db_path).resolve()
+
+
+def lake_owner(lake: "LakeConfig") -> str:
+    """A lake as a claim names it: ``ducklake``, its catalog and its data path, tab-separated. A file
+    catalog and a local data path are resolved (the same lake under two relative paths is one owner);
+    a PostgreSQL catalog is its connection string without any password (a marker is a plain file)."""
+    from resources.store import redact_passwords
+
+    kind, catalog = lake.catalog_kind(), lake.catalog_file()
+    where = f"{kind}:{catalog.resolve()}" if catalog is not None else redact_passwords(lake.catalog)
+    data = lake.data_path if "://" in lake.data_path else str(Path(lake.data_path).resolve())
+    return f"{LAKE_OWNER}\t{where}\t{data}"
+
+
+def _shown(owner: Path | str) -> str:
+    """An owner for a message: a database's path, or ``the lake <catalog> (data <path>)``."""
+    if isinstance(owner, str) and owner.startswith(f"{LAKE_OWNER}\t"):
+        _, catalog, data = (owner.split("\t") + ["", ""])[:3]
+        return f"the lake {catalog} (data {data})"
+    return str(owner)
+
+
+def _exists(owner: Path | str) -> bool:
+    """Whether a claim's owner is still there: its database file, or a lake's catalog file (a PostgreSQL
+    catalog is taken to be: nothing here can tell)."""
+    if isinstance(owner, Path):
+        return owner.exists()
+    catalog = owner.split("\t")[1] if owner.count("\t") >= 2 else ""
+    kind, _, location = catalog.partition(":")
+    return Path(location).exists() if kind in ("sqlite", "duckdb") else True
+
+
+def _another(owner: Path | str | None, database: Path | str) -> bool:
+    """Whether ``owner`` is a database (or lake) other than ``database`` that still exists."""
+    if owner is None or owner == database or not _exists(owner):
         return False
+    if isinstance(owner, str) or isinstance(database, str):  # a lake: told apart by what names it
+        return True
     try:
         return not (database.exists() and owner.samefile(database))
     except OSError:
         return True
 
 
-def _owner(marker: Path) -> Path | None:
+def _owner(marker: Path) -> Path | str | None:
     try:
         text = marker.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):  # none yet (or not a readable marker: written over below)
         return None
+    if text.startswith(f"{LAKE_OWNER}\t"):
+        return text
     return Path(text) if text else None
 
 
-def _write_owner(marker: Path, database: Path) -> None:
+def _write_owner(marker: Path, database: Path | str) -> None:
     if _owner(marker) == database:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)

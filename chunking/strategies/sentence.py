@@ -166,7 +166,7 @@ class SentenceConfig(BaseModel):
         "'0.95'); in reference_mode these characters also cut spans, end a chunk for the repair and stop the overlap.",
     )
     word_breaks: tuple[str, ...] = Field(WORD_BREAKS, description="Where a split or an overlap may cut when no sentence end is near.")
-    estimate: bool = Field(False, description="Count ceil(chars/4) instead of exact tokens.")
+    estimate: bool = Field(False, description="Count ceil(chars/4) instead of exact tokens (each chunk's metadata then has token_count_estimated).")
     reference_mode: bool = Field(
         False,
         description="Reproduce the Azure reference's quirks (chunking.compat.azure): cut after every ending, keep "
@@ -1257,6 +1257,8 @@ class _Splitter:
             own_last = doc.page_at(max(own_end - 1, own_start), page_offsets)
             page_num = min(max(page_num, own_first), own_last)
         metadata: dict[str, object] = {"page_num": page_num}
+        if self.config.estimate:
+            metadata["token_count_estimated"] = True  # ceil(chars/4), not the tokenizer's count
         if figure:
             metadata["cap_exempt"] = "figure"
         if overlap:

@@ -124,7 +124,7 @@ class SentenceWindowConfig(BaseModel):
     overlap_ratio: float | None = Field(None, ge=0, lt=1, description="Overlap budget as a share of the emitted chunk (adr).")
     min_size: int = Field(None, ge=0, description="Smaller chunks merge into the previous one when that fits.")  # type: ignore[assignment]
     max_size: int = Field(None, ge=1, description="Hard cap per chunk, in units.")  # type: ignore[assignment]
-    estimate: bool = Field(False, description="Count tokens as ceil(chars/4) (the service seed's estimate).")
+    estimate: bool = Field(False, description="Count tokens as ceil(chars/4), the service seed's estimate (each chunk's metadata then has token_count_estimated).")
     allow_oversize_sentences: bool = Field(False, description="Keep a sentence above max_size whole (the seeds' behaviour).")
 
     @model_validator(mode="before")
@@ -179,6 +179,8 @@ def chunk_sentence_window(
     measure = _measuring_tokenizer(config, tokenizer)
     chunks: list[Chunk] = []
     counts = count_spans(count, [start for start, _ in spans], [end for _, end in spans])
+    # Each chunk says when its token_count is the estimate, not the tokenizer's count.
+    metadata = {"token_count_estimated": True} if config.estimate else {}
     for (start, end), n in zip(spans, counts):
         if limit is not None and (end - start if config.unit == "chars" else n) > limit:
             # Windows of several units are measured while grouping (_windows), so what still
@@ -188,9 +190,10 @@ def chunk_sentence_window(
             for piece in split_recursive(doc.text[start:end], measure, limit, 0, CJK_SEPARATORS):
                 tokens = piece.tokens if config.unit == "tokens" else count(start + piece.start, start + piece.end)
                 chunks.append(Chunk.of({"text": piece.text, "char_start": start + piece.start, "char_end": start + piece.end,
-                                        "token_count": tokens}))
+                                        "token_count": tokens, "metadata": metadata}))
             continue
-        chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n}))
+        chunks.append(Chunk.of({"text": doc.text[start:end], "char_start": start, "char_end": end, "token_count": n,
+                                "metadata": metadata}))
     return attach_provenance(doc, chunks)
 
 

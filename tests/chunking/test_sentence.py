@@ -228,6 +228,9 @@ def test_decimal_point_is_not_a_split_boundary():
 def test_estimate_option_counts_chars_over_four(tiktoken_tokenizer):
     chunks = chunk_sentence(paged("Hello world!"), SentenceConfig(estimate=True), tiktoken_tokenizer)
     assert chunks[0].token_count == 3
+    # The chunk says its count is the estimate (the tokenizer's is 3 here too, by chance).
+    assert chunks[0].metadata["token_count_estimated"] is True
+    assert "token_count_estimated" not in chunk_sentence(paged("Hello world!"), SentenceConfig(), tiktoken_tokenizer)[0].metadata
 
 
 def test_exact_token_counts(tiktoken_tokenizer):

@@ -173,6 +173,7 @@ def test_estimate_sizes_every_chunk_by_the_estimate_even_a_re_split_window(token
     # estimate (35 characters, 9 > 8, counted 7). Found by fuzzing.
     chunks = chunk(text, tokenizer, estimate=True, chunk_size=size, overlap=0, min_size=0)
     assert all(c.token_count == -(-len(c.text) // 4) <= size for c in chunks)
+    assert all(c.metadata == {"token_count_estimated": True} for c in chunks)  # and each one says so
     assert_verbatim(text, chunks)
 
 

@@ -10,8 +10,8 @@ from dagster import DagsterInstance, SkipReason, build_sensor_context, materiali
 from assets.documents import raw_documents
 from orchestration.sensors import documents_sensor
 from resources.documents import DocumentsFolder
-from resources.ownership import INSTANCE_MARKER, OUTPUTS_MARKER, claim_for_store
-from resources.store import ChunkStore, StoreResource
+from resources.ownership import INSTANCE_MARKER, OUTPUTS_MARKER, claim_for_store, store_conflict
+from resources.store import ChunkStore, SourceRootConflict, StoreResource
 
 
 @pytest.fixture
@@ -71,11 +71,50 @@ def test_an_ephemeral_instance_claims_only_the_folders(tmp_path):
     claim_for_store(instance, StoreResource(path=str(db)))
     assert not (Path(instance.root_directory) / INSTANCE_MARKER).exists()
     assert claimed_by(db.parent / OUTPUTS_MARKER) == str(db.resolve())
-    # Lake mode has no database file to tell owners apart by: not claimed.
-    lake = tmp_path / "lake"
-    claim_for_store(instance, StoreResource(path=str(lake / "local"), mode="ducklake",
-                                            catalog=f"duckdb:{lake / 'catalog.duckdb'}"))
-    assert not lake.exists()
+
+
+def lake_store(folder: Path, catalog: str | None = None) -> StoreResource:
+    return StoreResource(path=str(folder / "local" / "chunkyard.duckdb"), mode="ducklake",
+                         catalog=catalog or f"sqlite:{folder / 'catalog.sqlite'}", data_path=str(folder / "files"))
+
+
+def test_a_lake_claims_its_instance_and_folders_as_a_database_does(tmp_path, instance, monkeypatch):
+    """Lake mode was not checked: two lakes (or a lake and a database file) on one instance deleted and
+    ran each other's partitions. A lake is named by its catalog and data path."""
+    home = Path(instance.root_directory)
+    first = lake_store(tmp_path / "one")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "catalog.sqlite").write_bytes(b"")  # the lake exists
+    claim_for_store(instance, first)
+    owner = f"ducklake\tsqlite:{(tmp_path / 'one' / 'catalog.sqlite').resolve()}\t{(tmp_path / 'one' / 'files').resolve()}"
+    assert claimed_by(home / INSTANCE_MARKER) == owner
+    assert claimed_by(tmp_path / "one" / "local" / OUTPUTS_MARKER) == owner
+    monkeypatch.chdir(tmp_path)  # the same lake by relative paths: the same owner
+    claim_for_store(instance, lake_store(Path("one")))
+    assert store_conflict(instance, lake_store(Path("one"))) is None
+
+    for other in (lake_store(tmp_path / "two"), StoreResource(path=str(tmp_path / "db" / "chunkyard.duckdb"))):
+        message = store_conflict(instance, other)
+        assert message.startswith(f"the Dagster instance {home} (DAGSTER_HOME) keeps the runs and document "
+                                  f"partitions of the lake sqlite:{(tmp_path / 'one' / 'catalog.sqlite').resolve()} "
+                                  f"(data {(tmp_path / 'one' / 'files').resolve()}); it will not take")
+        with pytest.raises(SourceRootConflict):
+            claim_for_store(instance, other)
+    # In its own instance, a second lake writing its outputs into the first's folder is refused too.
+    intruder = StoreResource(**{**lake_store(tmp_path / "two").model_dump(), "path": first.path})
+    assert "holds the side outputs" in store_conflict(DagsterInstance.ephemeral(), intruder)
+
+    # A PostgreSQL catalog is named without its password (a marker is a plain file).
+    secret = lake_store(tmp_path / "pg", catalog="postgres:dbname=lake host=db password=hunter2")
+    claim_for_store(DagsterInstance.ephemeral(), secret)
+    assert "hunter2" not in claimed_by(tmp_path / "pg" / "local" / OUTPUTS_MARKER)
+    assert "password=***" in claimed_by(tmp_path / "pg" / "local" / OUTPUTS_MARKER)
+
+    # Its catalog file deleted, the first lake is gone: its claim is taken over.
+    (tmp_path / "one" / "catalog.sqlite").unlink()
+    second = lake_store(tmp_path / "two")
+    claim_for_store(instance, second)
+    assert claimed_by(home / INSTANCE_MARKER).startswith(f"ducklake\tsqlite:{(tmp_path / 'two').resolve()}")
 
 
 def test_the_sensor_skips_an_instance_another_database_claimed(tmp_path, instance, docs_dir, other_database):
