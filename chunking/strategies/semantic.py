@@ -155,13 +155,23 @@ class SemanticConfig(TokenBudgetConfig):
     @field_validator("sentence_split_regex")
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            _compile_sentence_regex(value)
+        if value is not None and _compile_sentence_regex(value).match("") is not None:
+            # It matches everywhere: every character would be a sentence (words cut in two).
+            # (Matching nothing only after a character, as the default after "。", is a cut there.)
+            raise ValueError(f"sentence_split_regex {value!r} matches the empty string: every character "
+                             "would be a sentence; use a pattern that needs a character or a look-behind")
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> SemanticConfig:
         _check_amount(self.breakpoint_threshold_type, self.breakpoint_threshold_amount)
+        if self.number_of_chunks is not None and (
+            self.breakpoint_threshold_amount is not None or "breakpoint_threshold_type" in self.model_fields_set
+        ):
+            # The threshold comes from the wanted count (as in the reference): the others would be
+            # ignored, and a config hash of their own would name the same chunks.
+            raise ValueError("number_of_chunks derives the threshold from a wanted chunk count: "
+                             "breakpoint_threshold_type / breakpoint_threshold_amount would be ignored; give one")
         if self.min_chunk_size is not None and self.min_chunk_size > self.chunk_token_size:
             raise ValueError(
                 f"min_chunk_size ({self.min_chunk_size}) must not exceed chunk_token_size ({self.chunk_token_size})"

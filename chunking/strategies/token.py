@@ -48,7 +48,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterator
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from chunking.model import Chunk, ParsedDocument, attach_provenance
 from chunking.strategies import StrategySpec, TokenBudgetConfig
@@ -66,6 +66,14 @@ class TokenConfig(TokenBudgetConfig):
     split_by_character_only: bool = Field(
         False, description="With split_by_character: never window; a segment over the cap is an error."
     )
+
+    @model_validator(mode="after")
+    def _only_with_a_character(self) -> "TokenConfig":
+        if self.split_by_character_only and self.split_by_character is None:
+            # Without a character there is nothing to split on, and the flag would be ignored
+            # (as LightRAG's chunking_by_token_size ignores it: chunking.compat.lightrag keeps that).
+            raise ValueError("split_by_character_only needs split_by_character (the string to split on)")
+        return self
 
 
 class SegmentOverCapError(ValueError):

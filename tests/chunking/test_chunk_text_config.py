@@ -179,3 +179,37 @@ def test_the_adr_presets_sizes_follow_the_token_unit_the_common_names_choose():
     text = " ".join(f"Sentence {i} of the decision record says one more thing about it." for i in range(600))
     chunks = chunk_text(text, "sentence_window", preset="adr", chunk_overlap_token_size=50)
     assert max(c.token_count for c in chunks) <= 1250 and len(chunks) > 3
+
+
+def test_settings_that_would_be_ignored_or_cut_words_are_refused():
+    """Each was accepted, changed the config hash, and changed nothing (or cut every word)."""
+    semantic, token = get_strategy("semantic"), get_strategy("token")
+    for ignored in ({"breakpoint_threshold_type": "gradient"}, {"breakpoint_threshold_amount": 90.0}):
+        with pytest.raises(ValueError, match="number_of_chunks derives the threshold .* would be ignored"):
+            semantic.parse_config({"number_of_chunks": 5, **ignored})
+    assert semantic.parse_config({"number_of_chunks": 5}).number_of_chunks == 5
+    for everywhere in ("", "x*", r"\s*"):
+        with pytest.raises(ValueError, match="matches the empty string: every character would be a sentence"):
+            semantic.parse_config({"sentence_split_regex": everywhere})
+    # The reference's own pattern matches nothing after "。": a cut there, accepted.
+    assert semantic.parse_config({"sentence_split_regex": r"(?<=[.?!])\s+|(?<=[。？！])"})
+    with pytest.raises(ValueError, match="split_by_character_only needs split_by_character"):
+        token.parse_config({"split_by_character_only": True})
+    assert token.parse_config({"split_by_character_only": True, "split_by_character": "\n\n"})
+
+
+def test_paragraph_on_plain_text_notes_its_fallback_without_a_warning(caplog):
+    import logging
+
+    from chunking import Block, ParsedDocument, chunk_document
+
+    with caplog.at_level(logging.INFO, logger="chunking"):
+        chunks = chunk_text(PROSE, "paragraph", tokenizer=CHAR, chunk_token_size=200)
+    assert chunks and all(c.metadata.get("fallback") == "recursive" for c in chunks)
+    [record] = [r for r in caplog.records if "no blocks sidecar content" in r.getMessage()]
+    assert record.levelno == logging.INFO  # plain text has no blocks by nature
+    caplog.clear()
+    empty_blocks = ParsedDocument.from_text(PROSE).model_copy(update={"blocks": [Block(index=0, content=" ")]})
+    with caplog.at_level(logging.INFO, logger="chunking"):
+        chunk_document(empty_blocks, "paragraph", tokenizer=CHAR, chunk_token_size=200)
+    assert [r.levelno for r in caplog.records if "no blocks sidecar content" in r.getMessage()] == [logging.WARNING]

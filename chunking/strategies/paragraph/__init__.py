@@ -84,6 +84,7 @@ Where we differ from the reference implementation, on purpose:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
@@ -212,7 +213,10 @@ def chunk_paragraph(
 ) -> list[Chunk]:
     """The ``paragraph`` strategy: P on ``doc.blocks``; R with a warning when there are none."""
     if not any(b.content.strip() for b in doc.blocks):
-        log.warning(
+        # Plain text has no blocks by nature (every chunk_text call): worth a note, not a warning;
+        # blocks without content are a sidecar gone wrong.
+        log.log(
+            logging.WARNING if doc.blocks else logging.INFO,
             "paragraph_semantic: document %r has no blocks sidecar content; fallback to recursive_character "
             "(no heading hierarchy, table roles or bridge overlap)", doc.doc_id,
         )
