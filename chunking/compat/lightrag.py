@@ -296,6 +296,7 @@ def chunking_by_paragraph_semantic(
         drop_references=drop_references,
         references_headings=headings,
         references_tail_n=tail_n,
+        reference_recursive=True,  # its character-level fallbacks are LightRAG's R, as the seed names it
     )
     out = []
     for index, piece in enumerate(pieces):

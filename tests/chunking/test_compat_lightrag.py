@@ -294,3 +294,28 @@ def test_fixed_token_is_the_f_strategy_under_the_file_chunker_contract():
     assert L.chunking_by_fixed_token(tok, text, 12, chunk_overlap_token_size=3, _emit_source_span=True) == spans
     by_char = L.chunking_by_fixed_token(tok, text, 40, split_by_character="\n\n", split_by_character_only=True)
     assert [d["content"] for d in by_char] == ["alpha beta gamma delta", "epsilon zeta eta theta iota kappa"]
+
+
+def test_paragraph_semantics_character_splits_are_lightrags_r(tmp_path):
+    """The seed names P's long-body fallback: chunking_by_recursive_character, LightRAG's R, which
+    compat runs as LangChain's splitter (test_recursive_character_is_langchains_splitter). Until
+    session 30 compat P cut there with the native recursive, whose overlap differs."""
+    from chunking.model import Block
+    from chunking.strategies.paragraph import split_paragraph_semantic
+
+    tok = CharTokenizer()
+    content = ("\n \n\n d d be \n gamma. alpha gamma. alpha \n\n d alpha d \n gamma. alpha \n \n\n gamma. \n\n "
+               + "longwordwithoutbreaks" * 2 + " gamma.")
+    path = tmp_path / "one.blocks.jsonl"
+    path.write_text(json.dumps({"type": "meta", "format": "1.0"}) + "\n" + json.dumps(
+        {"type": "content", "heading": "", "level": 0, "parent_headings": [], "content": content}) + "\n")
+    out = [d["content"] for d in L.chunking_by_paragraph_semantic(tok, content, 26, blocks_path=path,
+                                                                   chunk_overlap_token_size=10)]
+
+    def pieces(reference: bool) -> list[str]:
+        return [p.text for p in split_paragraph_semantic([Block(index=0, content=content)], tok, chunk_token_size=26,
+                                                         chunk_overlap_token_size=10, separators=L.PLAIN_SEPARATORS,
+                                                         reference_recursive=reference)]
+
+    assert out == pieces(True) != pieces(False)
+    assert "alpha\n\n d alpha d" in out  # LangChain's overlap: the whole last piece that fits, "alpha", kept

@@ -151,6 +151,7 @@ def split_paragraph_semantic(
     references_headings: Sequence[str] = references.DEFAULT_REFERENCES_HEADINGS,
     references_tail_n: int = references.DEFAULT_REFERENCES_TAIL_N,
     source_text: str = "",
+    reference_recursive: bool = False,
 ) -> list[ParagraphPiece]:
     """Run the P pipeline on heading-level blocks; ``[]`` when no block has content.
 
@@ -161,11 +162,14 @@ def split_paragraph_semantic(
     other format. ``source_text`` is the text the blocks' ``char_start`` /
     ``char_end`` index into: with it, each piece's ``span`` is the tightest
     span of it covering the characters the piece was built from (exact for
-    verbatim text, see :func:`.model._source_of`).
+    verbatim text, see :func:`.model._source_of`). ``reference_recursive``: the character-level
+    splits are the reference R's (``split_recursive(..., reference_mode=True)``), as
+    ``chunking.compat.lightrag`` runs P; a piece may then count over the cap, as there.
     """
     limits = Thresholds.from_size(chunk_token_size)
     overlap = min(max(int(chunk_overlap_token_size), 0), max(limits.target_max - 1, 0))
-    ctx = _Context(tokenizer, limits, overlap, tuple(separators), tables or {}, doc_id, source=source_text)
+    ctx = _Context(tokenizer, limits, overlap, tuple(separators), tables or {}, doc_id, source=source_text,
+                   reference_recursive=reference_recursive)
     if drop_references:
         blocks = references.run(blocks, references_headings, references_tail_n)
     labelled: list[Section] = []

@@ -264,6 +264,9 @@ class _Context:
     _layout_count: SpanCount | None = None
     # The parsed document's text the blocks index into ("" when unknown): provenance only.
     source: str = ""
+    # chunking.compat.lightrag: character-level splits as the reference's R makes them
+    # (LangChain's splitter, over-cap pieces and all), not the native recursive.
+    reference_recursive: bool = False
 
     def count(self, text: str) -> int:
         return count_tokens(self.tokenizer, text) if text else 0
@@ -350,7 +353,8 @@ class _Context:
         pieces keep their place in the source.
         """
         cap = max(cap, 1)
-        return split_recursive(text, self.tokenizer, cap, min(overlap, cap - 1), self.separators)
+        return split_recursive(text, self.tokenizer, cap, min(overlap, cap - 1), self.separators,
+                               reference_mode=self.reference_recursive)
 
 
 def _section(
