@@ -14,9 +14,8 @@ schedule skip their tick with the same message.
 
 A claim whose database file is gone is taken over (its owner was deleted); the same file
 under another path (a symlink, a moved project) is the same owner. In lake mode the owner
-is the lake: its catalog (a file catalog by its resolved path, a PostgreSQL one by its
-connection string without any password) and its data path, so two lakes, or a lake and a
-database file, are told apart the same way; a lake whose catalog file is gone is taken over.
+is the lake, named by its data path (``lake_owner``), so two lakes, or a lake and a database
+file, are told apart the same way; a lake whose local data folder is gone is taken over.
 """
 
 from __future__ import annotations
@@ -125,33 +124,30 @@ def _claimant(db_path: Path | str, lake: "LakeConfig | None") -> Path | str:
 
 
 def lake_owner(lake: "LakeConfig") -> str:
-    """A lake as a claim names it: ``ducklake``, its catalog and its data path, tab-separated. A file
-    catalog and a local data path are resolved (the same lake under two relative paths is one owner);
-    a PostgreSQL catalog is its connection string without any password (a marker is a plain file)."""
-    from resources.store import redact_passwords
+    """A lake as a claim names it: ``ducklake`` and its data path (a local one resolved), tab-separated.
 
-    kind, catalog = lake.catalog_kind(), lake.catalog_file()
-    where = f"{kind}:{catalog.resolve()}" if catalog is not None else redact_passwords(lake.catalog)
+    Not its catalog string: the hosts of one cluster reach one catalog by different addresses (a
+    socket on one, ``host=db`` on another), and each named it otherwise, so a lake refused itself
+    (seen in tests/deploy). The data path is where the lake's files are, the same for every host
+    (object storage), and two lakes never share one."""
     data = lake.data_path if "://" in lake.data_path else str(Path(lake.data_path).resolve())
-    return f"{LAKE_OWNER}\t{where}\t{data}"
+    return f"{LAKE_OWNER}\t{data}"
 
 
 def _shown(owner: Path | str) -> str:
-    """An owner for a message: a database's path, or ``the lake <catalog> (data <path>)``."""
+    """An owner for a message: a database's path, or ``the lake with data at <data path>``."""
     if isinstance(owner, str) and owner.startswith(f"{LAKE_OWNER}\t"):
-        _, catalog, data = (owner.split("\t") + ["", ""])[:3]
-        return f"the lake {catalog} (data {data})"
+        return f"the lake with data at {owner.split(chr(9), 1)[1]}"
     return str(owner)
 
 
 def _exists(owner: Path | str) -> bool:
-    """Whether a claim's owner is still there: its database file, or a lake's catalog file (a PostgreSQL
-    catalog is taken to be: nothing here can tell)."""
+    """Whether a claim's owner is still there: its database file, or a lake's local data folder (one
+    in object storage is taken to be: nothing here can tell)."""
     if isinstance(owner, Path):
         return owner.exists()
-    catalog = owner.split("\t")[1] if owner.count("\t") >= 2 else ""
-    kind, _, location = catalog.partition(":")
-    return Path(location).exists() if kind in ("sqlite", "duckdb") else True
+    data = owner.split("\t", 1)[1] if "\t" in owner else ""
+    return "://" in data or Path(data).exists()
 
 
 def _another(owner: Path | str | None, database: Path | str) -> bool:

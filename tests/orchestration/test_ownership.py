@@ -80,41 +80,41 @@ def lake_store(folder: Path, catalog: str | None = None) -> StoreResource:
 
 def test_a_lake_claims_its_instance_and_folders_as_a_database_does(tmp_path, instance, monkeypatch):
     """Lake mode was not checked: two lakes (or a lake and a database file) on one instance deleted and
-    ran each other's partitions. A lake is named by its catalog and data path."""
+    ran each other's partitions. A lake is named by its data path, not by how a host reaches its catalog."""
     home = Path(instance.root_directory)
     first = lake_store(tmp_path / "one")
-    (tmp_path / "one").mkdir()
-    (tmp_path / "one" / "catalog.sqlite").write_bytes(b"")  # the lake exists
+    (tmp_path / "one" / "files").mkdir(parents=True)  # the lake exists
     claim_for_store(instance, first)
-    owner = f"ducklake\tsqlite:{(tmp_path / 'one' / 'catalog.sqlite').resolve()}\t{(tmp_path / 'one' / 'files').resolve()}"
+    owner = f"ducklake\t{(tmp_path / 'one' / 'files').resolve()}"
     assert claimed_by(home / INSTANCE_MARKER) == owner
     assert claimed_by(tmp_path / "one" / "local" / OUTPUTS_MARKER) == owner
     monkeypatch.chdir(tmp_path)  # the same lake by relative paths: the same owner
     claim_for_store(instance, lake_store(Path("one")))
-    assert store_conflict(instance, lake_store(Path("one"))) is None
+    # The same lake through another catalog address (another host of a cluster): the same owner.
+    elsewhere = lake_store(tmp_path / "one", catalog="postgres:dbname=lake host=db password=hunter2")
+    assert store_conflict(instance, elsewhere) is None
+    claim_for_store(instance, elsewhere)
+    assert "hunter2" not in claimed_by(home / INSTANCE_MARKER)
 
     for other in (lake_store(tmp_path / "two"), StoreResource(path=str(tmp_path / "db" / "chunkyard.duckdb"))):
         message = store_conflict(instance, other)
         assert message.startswith(f"the Dagster instance {home} (DAGSTER_HOME) keeps the runs and document "
-                                  f"partitions of the lake sqlite:{(tmp_path / 'one' / 'catalog.sqlite').resolve()} "
-                                  f"(data {(tmp_path / 'one' / 'files').resolve()}); it will not take")
+                                  f"partitions of the lake with data at {(tmp_path / 'one' / 'files').resolve()}; "
+                                  f"it will not take")
         with pytest.raises(SourceRootConflict):
             claim_for_store(instance, other)
     # In its own instance, a second lake writing its outputs into the first's folder is refused too.
     intruder = StoreResource(**{**lake_store(tmp_path / "two").model_dump(), "path": first.path})
     assert "holds the side outputs" in store_conflict(DagsterInstance.ephemeral(), intruder)
+    # Object storage is named by its URL.
+    remote = StoreResource(**{**lake_store(tmp_path / "s3").model_dump(), "data_path": "s3://bucket/lake"})
+    claim_for_store(DagsterInstance.ephemeral(), remote)
+    assert claimed_by(tmp_path / "s3" / "local" / OUTPUTS_MARKER) == "ducklake\ts3://bucket/lake"
 
-    # A PostgreSQL catalog is named without its password (a marker is a plain file).
-    secret = lake_store(tmp_path / "pg", catalog="postgres:dbname=lake host=db password=hunter2")
-    claim_for_store(DagsterInstance.ephemeral(), secret)
-    assert "hunter2" not in claimed_by(tmp_path / "pg" / "local" / OUTPUTS_MARKER)
-    assert "password=***" in claimed_by(tmp_path / "pg" / "local" / OUTPUTS_MARKER)
-
-    # Its catalog file deleted, the first lake is gone: its claim is taken over.
-    (tmp_path / "one" / "catalog.sqlite").unlink()
-    second = lake_store(tmp_path / "two")
-    claim_for_store(instance, second)
-    assert claimed_by(home / INSTANCE_MARKER).startswith(f"ducklake\tsqlite:{(tmp_path / 'two').resolve()}")
+    # Its data folder deleted, the first lake is gone: its claim is taken over.
+    (tmp_path / "one" / "files").rmdir()
+    claim_for_store(instance, lake_store(tmp_path / "two"))
+    assert claimed_by(home / INSTANCE_MARKER) == f"ducklake\t{(tmp_path / 'two' / 'files').resolve()}"
 
 
 def test_the_sensor_skips_an_instance_another_database_claimed(tmp_path, instance, docs_dir, other_database):
