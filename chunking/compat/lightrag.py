@@ -259,8 +259,8 @@ def chunking_by_paragraph_semantic(
 
     Without a readable sidecar holding content lines it degrades to
     :func:`chunking_by_recursive_character` on ``content`` with a logged warning.
-    Its character-level fallbacks use R's default (plain) separators, as the
-    reference's do. Raises ValueError when a table's stored header has the other
+    Its character-level fallbacks are :func:`chunking_by_recursive_character`'s splits (LangChain's,
+    R's default plain separators), as the seed names them. Raises ValueError when a table's stored header has the other
     format.
     """
     target_max = max(int(chunk_token_size), 1)
