@@ -1092,12 +1092,17 @@ class _Splitter:
     # -- output ----------------------------------------------------------------------
 
     def to_chunks(self, doc: ParsedDocument, drafts: list[_Draft]) -> list[Chunk]:
-        chunks: list[Chunk] = []
+        """The chunks of the assembled ``drafts``, in order, each counted on its final text.
+
+        Their values are gathered first and validated as ``Chunk`` objects in one call
+        (``Chunk.many``: the same validation as one ``Chunk.of`` each, less per-call cost).
+        """
+        values: list[dict] = []
         texts = [draft.text + draft.overlap for draft in drafts]
         counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
         page_offsets = [page.char_offset for page in doc.pages]
         figures = [draft.figure for draft in drafts] if self.any_figure else repeat(False)  # is_figure
-        cap, make_chunk, reference = self.cap, self.make_chunk, self.config.reference_mode
+        cap, chunk_values, reference = self.cap, self.chunk_values, self.config.reference_mode
         for draft, text, tokens, verbatim_at_start, figure in zip(drafts, texts, counts, at_start, figures):
             if tokens > cap and draft.overlap:
                 # BPE made the joined text longer than the parts: give the overlap back.
@@ -1106,13 +1111,13 @@ class _Splitter:
             if tokens > cap and not figure and not reference:
                 # (The reference emits such a chunk as it is: its accumulator sums span counts
                 # and nothing measures the joined text again.)
-                chunks.extend(self.resplit(doc, draft))
+                values.extend(self.resplit(doc, draft))
                 continue
-            chunks.append(make_chunk(doc, draft, text, tokens, figure, page_offsets, verbatim_at_start))
-        return chunks
+            values.append(chunk_values(doc, draft, text, tokens, figure, page_offsets, verbatim_at_start))
+        return Chunk.many(values)
 
-    def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[Chunk]:
-        """Chunks of a draft whose joined text counts over the cap although its units' counts
+    def resplit(self, doc: ParsedDocument, draft: _Draft) -> list[dict]:
+        """The values (``chunk_values``) of the chunks of a draft whose joined text counts over the cap although its units' counts
         sum within it: its units packed again, each chunk measured on its own joined text.
 
         BPE counts a join higher than its parts where the ending of one sentence merges
@@ -1129,7 +1134,7 @@ class _Splitter:
         a few counts per chunk rather than one per unit.
         """
         units = draft.units
-        chunks: list[Chunk] = []
+        chunks: list[dict] = []
         lo = 0
         while lo < len(units):
             # The whole draft was measured over the cap by to_chunks (that is why it is here);
@@ -1143,7 +1148,7 @@ class _Splitter:
                 continue
             run, tokens = fits
             if run.text:
-                chunks.append(self.make_chunk(doc, run, run.text, tokens, False))
+                chunks.append(self.chunk_values(doc, run, run.text, tokens, False))
             lo = end
         return chunks
 
@@ -1169,9 +1174,10 @@ class _Splitter:
         tokens = self.count_at(text, run.start) if text else 0
         return (run, tokens) if tokens <= self.cap else None
 
-    def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[Chunk]:
-        """The chunks of one unit over the cap once trimmed: the pieces of its recursive split, each
-        counted, and a piece over the cap once trimmed split again from its own text."""
+    def unit_chunks(self, doc: ParsedDocument, unit: Unit, home: int) -> list[dict]:
+        """The values (``chunk_values``) of the chunks of one unit over the cap once trimmed: the
+        pieces of its recursive split, each counted, and a piece over the cap once trimmed split
+        again from its own text."""
         pieces = []
         for start, end, _ in self.unit_pieces(unit):
             piece = _Draft([unit._replace(start=start, end=end)], home)
@@ -1186,7 +1192,7 @@ class _Splitter:
                 # more tokens without it (" naïve" is 2, "naïve" 3): its own text is split.
                 chunks.extend(self.unit_chunks(doc, unit._replace(start=piece.start, end=piece.end, tokens=n), home))
             else:
-                chunks.append(self.make_chunk(doc, piece, piece.text, n, False))
+                chunks.append(self.chunk_values(doc, piece, piece.text, n, False))
         return chunks
 
     def unit_pieces(self, unit: Unit) -> list[tuple[int, int, int]]:
@@ -1219,7 +1225,7 @@ class _Splitter:
         """``draft.figure``, answered without looking at its units in a document without figures."""
         return self.any_figure and draft.figure
 
-    def make_chunk(
+    def chunk_values(
         self,
         doc: ParsedDocument,
         draft: _Draft,
@@ -1228,8 +1234,8 @@ class _Splitter:
         figure: bool,
         page_offsets: list[int] | None = None,
         verbatim_at_start: bool | None = None,
-    ) -> Chunk:
-        """The chunk of ``draft`` holding ``text``. ``figure`` is ``self.is_figure(draft)``;
+    ) -> dict:
+        """The values of the chunk of ``draft`` holding ``text`` (``Chunk.of`` validates them). ``figure`` is ``self.is_figure(draft)``;
         ``verbatim_at_start``, when known, is ``doc.text.startswith(text, draft.start)`` (the
         caller compared them already)."""
         start, end = draft.start, draft.end
@@ -1267,18 +1273,16 @@ class _Splitter:
         verbatim = len(text) == end - start and (
             verbatim_at_start if verbatim_at_start is not None and start == draft.start else doc.text.startswith(text, start)
         )
-        return Chunk.of(
-            {
-                "text": text,
-                "char_start": start,
-                "char_end": end,
-                "token_count": tokens,
-                "page_start": page_start,
-                "page_end": page_end,
-                "verbatim": verbatim,
-                "metadata": metadata,
-            }
-        )
+        return {
+            "text": text,
+            "char_start": start,
+            "char_end": end,
+            "token_count": tokens,
+            "page_start": page_start,
+            "page_end": page_end,
+            "verbatim": verbatim,
+            "metadata": metadata,
+        }
 
 
 def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:

@@ -1,4 +1,5 @@
-"""``Chunk.of(values)`` is ``Chunk(**values)``: same validator, same result, same errors."""
+"""``Chunk.of(values)`` is ``Chunk(**values)``: same validator, same result, same errors; and
+``Chunk.many(values)`` is ``Chunk.of`` of each."""
 
 from __future__ import annotations
 
@@ -25,19 +26,37 @@ def test_of_builds_the_chunk_the_constructor_builds(values):
     assert made.model_copy(update={"page_start": 3}).page_start == 3
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
+def test_many_builds_the_chunks_of_builds_one_by_one():
+    made = Chunk.many([dict(values) for values in VALUES])
+    built = [Chunk.of(dict(values)) for values in VALUES]
+    assert [type(chunk) for chunk in made] == [Chunk] * len(VALUES)
+    assert made == built
+    assert [chunk.model_fields_set for chunk in made] == [chunk.model_fields_set for chunk in built]
+    assert Chunk.many([]) == []
+
+
+BAD = [
         {"text": None, "char_start": 0, "char_end": 1, "token_count": 1},
         {"text": "a", "char_start": "x", "char_end": 1, "token_count": 1},
         {"text": "a", "char_start": 0, "char_end": 1},
         {"text": "a", "char_start": 0, "char_end": 1, "token_count": 1, "metadata": {1: "not a str key"}},
         {"text": "a", "char_start": 0, "char_end": 1, "token_count": 1, "heading_path": "not a list"},
-    ],
-)
+]
+
+
+@pytest.mark.parametrize("bad", BAD)
 def test_of_rejects_what_the_constructor_rejects(bad):
     with pytest.raises(ValidationError) as by_constructor:
         Chunk(**bad)
     with pytest.raises(ValidationError) as by_of:
         Chunk.of(dict(bad))
     assert by_of.value.errors() == by_constructor.value.errors()
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_many_rejects_what_of_rejects_at_the_chunk_s_index(bad):
+    with pytest.raises(ValidationError) as by_of:
+        Chunk.of(dict(bad))
+    with pytest.raises(ValidationError) as by_many:
+        Chunk.many([dict(VALUES[0]), dict(bad)])
+    assert by_many.value.errors() == [{**error, "loc": (1, *error["loc"])} for error in by_of.value.errors()]
