@@ -262,9 +262,10 @@ class _Draft:
     """A chunk in the making: units ``[lo, hi)`` of a ``_Units`` (or, once a page-break
     repair or a re-split has set them, a list of ``Unit``); then, set by
     ``_Splitter.assemble``, its text and where that text starts and its units end in
-    the source (``text_start``/``text_end`` at the last assemble; read only after it)."""
+    the source (``text_start``/``text_end`` at the last assemble; read only after it), and
+    ``sliced``: true when that text is known to be the source's ``[start, end)``."""
 
-    __slots__ = ("store", "lo", "hi", "_units", "home", "overlap", "overlap_end", "text", "start", "end")
+    __slots__ = ("store", "lo", "hi", "_units", "home", "overlap", "overlap_end", "text", "start", "end", "sliced")
 
     def __init__(self, units: list[Unit] | None, home: int, store: _Units | None = None, lo: int = 0, hi: int = 0):
         self._units = units  # None: units [lo, hi) of store
@@ -272,6 +273,7 @@ class _Draft:
         self.home = home  # index of the owning page
         self.overlap, self.overlap_end = "", 0
         self.text, self.start, self.end = "", 0, 0
+        self.sliced = False
 
     @property
     def units(self) -> list[Unit]:
@@ -383,9 +385,20 @@ class _Splitter:
         """``[count_at(t, s) for t, s in zip(texts, starts)]``, the verbatim ones in one ``count_spans`` batch."""
         return self.count_many_verbatim(texts, starts)[0]
 
-    def count_many_verbatim(self, texts: list[str], starts: list[int]) -> tuple[list[int], list[bool]]:
-        """``count_many_at(texts, starts)``, and for each text whether it is the source at its start."""
-        at_start = list(map(self.text.startswith, texts, starts))
+    def count_many_verbatim(
+        self, texts: list[str], starts: list[int], known: list[bool] | None = None
+    ) -> tuple[list[int], list[bool]]:
+        """``count_many_at(texts, starts)``, and for each text whether it is the source at its start.
+
+        ``known``: true for each text known to be the source at its start (not compared again).
+        """
+        if known is None:
+            at_start = list(map(self.text.startswith, texts, starts))
+        else:
+            at_start = list(known)
+            startswith = self.text.startswith
+            for i in [i for i, flag in enumerate(known) if not flag]:
+                at_start[i] = startswith(texts[i], starts[i])
         verbatim = [i for i, flag in enumerate(at_start) if flag]
         counted = count_spans(self.count_span, [starts[i] for i in verbatim], [starts[i] + len(texts[i]) for i in verbatim])
         counts: list[int | None] = [None] * len(texts)
@@ -785,8 +798,25 @@ class _Splitter:
         return "".join(parts)
 
     def assemble(self, draft: _Draft) -> str:
-        if draft._units is None and draft.store.contiguous(draft.lo, draft.hi):
-            text = self.text[draft.store.starts[draft.lo] : draft.store.ends[draft.hi - 1]]  # as join would
+        """Set ``draft.text`` (its units joined; natively stripped, in reference mode as the
+        reference leaves it) and, when not empty, ``draft.start``/``draft.end`` (``text_start``,
+        ``text_end``); ``draft.sliced`` is set when the text is known to be the source's
+        ``[start, end)``. Returns the text."""
+        draft.sliced = False
+        store = draft.store
+        if draft._units is None and store.contiguous(draft.lo, draft.hi):
+            first, last = draft.lo, draft.hi - 1
+            if not self.config.reference_mode:
+                start = _lstripped_start(self.text, store.starts[first], store.ends[first])
+                end = _rstripped_end(self.text, store.starts[last], store.ends[last])
+                if start < store.ends[first] and end > store.starts[last]:
+                    # The first and the last unit each hold a non-whitespace character, so the
+                    # stripped text of the joined units starts and ends inside them, where
+                    # text_start and text_end trim them: it is the source between (one copy,
+                    # not the joined text's and then its stripped one's).
+                    draft.text, draft.start, draft.end, draft.sliced = self.text[start:end], start, end, True
+                    return draft.text
+            text = self.text[store.starts[first] : store.ends[last]]  # as join would
         else:
             text = self.join(draft.units)
         if not self.config.reference_mode:
@@ -1099,7 +1129,10 @@ class _Splitter:
         """
         values: list[dict] = []
         texts = [draft.text + draft.overlap for draft in drafts]
-        counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts])
+        # A draft without overlap whose text assemble sliced from the source is verbatim, known
+        # without comparing the text with the source again.
+        sliced = [draft.sliced and not draft.overlap for draft in drafts]
+        counts, at_start = self.count_many_verbatim(texts, [draft.start for draft in drafts], sliced)
         page_offsets = [page.char_offset for page in doc.pages]
         figures = [draft.figure for draft in drafts] if self.any_figure else repeat(False)  # is_figure
         cap, chunk_values, reference = self.cap, self.chunk_values, self.config.reference_mode
@@ -1208,18 +1241,11 @@ class _Splitter:
 
     def text_start(self, draft: _Draft) -> int:
         """Where ``draft.text`` starts in the source when it is verbatim (its first unit, trimmed)."""
-        start, end = draft.first_span
-        if start < end and not self.text[start].isspace():
-            return start  # nothing to trim (most units: a sentence starts after the last one's space)
-        return end - len(self.text[start:end].lstrip())
+        return _lstripped_start(self.text, *draft.first_span)
 
     def text_end(self, draft: _Draft) -> int:
         """Where ``draft``'s units end in the source, trailing whitespace trimmed."""
-        start, end = draft.last_span
-        if start < end and not self.text[end - 1].isspace():
-            return end
-        raw = self.text[start:end]
-        return end - (len(raw) - len(raw.rstrip()))
+        return _rstripped_end(self.text, *draft.last_span)
 
     def is_figure(self, draft: _Draft) -> bool:
         """``draft.figure``, answered without looking at its units in a document without figures."""
@@ -1283,6 +1309,21 @@ class _Splitter:
             "verbatim": verbatim,
             "metadata": metadata,
         }
+
+
+def _lstripped_start(text: str, start: int, end: int) -> int:
+    """Where ``text[start:end].lstrip()`` starts in ``text`` (``end`` when it is blank)."""
+    if start < end and not text[start].isspace():
+        return start  # nothing to trim (most units: a sentence starts after the last one's space)
+    return end - len(text[start:end].lstrip())
+
+
+def _rstripped_end(text: str, start: int, end: int) -> int:
+    """Where ``text[start:end].rstrip()`` ends in ``text`` (``start`` when it is blank)."""
+    if start < end and not text[end - 1].isspace():
+        return end
+    raw = text[start:end]
+    return end - (len(raw) - len(raw.rstrip()))
 
 
 def _extend_bounds(bounds: list[int], more: list[int]) -> list[int]:

@@ -262,7 +262,12 @@ def _check_packing_against_reference(doc: ParsedDocument, config: SentenceConfig
             assert draft.last_span == (group[-1].start, group[-1].end)
             contiguous = all(b.start == a.end and b.page == a.page for a, b in zip(group, group[1:]))
             assert units.contiguous(draft.lo, draft.hi) == contiguous
-            assert splitter.assemble(draft) == (splitter.assemble(_draft_of(group, draft.home)) or "")
+            joined = _draft_of(group, draft.home)  # assembled from its units' list, by join
+            assert splitter.assemble(draft) == (splitter.assemble(joined) or "")
+            if draft.text:
+                assert (draft.start, draft.end) == (joined.start, joined.end)
+            if draft.sliced:  # (store-backed, contiguous, native: most drafts)
+                assert draft.text == doc.text[draft.start : draft.end]
     # Runs across pages (as a carried fragment is): contiguous only within a page.
     store = _Units.of(every_unit)
     for lo in range(0, len(every_unit), max(len(every_unit) // 20, 1)):
@@ -398,3 +403,24 @@ def test_pack_matches_the_unit_by_unit_rule_at_exact_bounds(specs, cap, max_char
     splitter = _Splitter(text, config, TOKENIZER)
     expected = _reference_pack(text, units, cap, max_chars, reference)
     assert [units[lo:hi] for lo, hi in splitter.pack(_Units.of(units))] == expected
+
+
+@SETTINGS
+@given(st.text(alphabet="ab \n\t。", min_size=1, max_size=40), st.lists(st.integers(1, 39), max_size=8), st.data())
+def test_sentence_assemble_from_a_store_matches_joining_the_units(text, cuts, data):
+    # Contiguous units of any bounds, blank ones included (a blank piece of an oversized span can
+    # start a group, and the next unit start with whitespace): a group assembled from the store
+    # (sliced between its trimmed first and last units) is what joining its units gives.
+    from chunking.strategies.sentence import Unit, _Draft, _Splitter, _Units
+
+    bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
+    units = [Unit(s, e, 0, e - s) for s, e in zip(bounds, bounds[1:])]
+    lo = data.draw(st.integers(0, len(units) - 1))
+    hi = data.draw(st.integers(lo + 1, len(units)))
+    splitter = _Splitter(text, SentenceConfig(), TOKENIZER)
+    stored, joined = _Draft(None, 0, _Units.of(units), lo, hi), _Draft(units[lo:hi], 0)
+    assert splitter.assemble(stored) == splitter.assemble(joined) == text[units[lo].start : units[hi - 1].end].strip()
+    if stored.text:
+        assert (stored.start, stored.end) == (joined.start, joined.end)
+    if stored.sliced:
+        assert stored.text == text[stored.start : stored.end]
