@@ -88,6 +88,24 @@ def test_many_spans_at_once_equal_one_by_one(cl100k):
     assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_many_spans_one_after_another_equal_one_by_one(cl100k, seed):
+    # Contiguous spans (a text's sentences) search each bound once: bounds on word ends (where
+    # the end's own word end counts for the span before it), beside them, empty spans, the
+    # text's end, and a text that ends after its last word end or on one.
+    rng = random.Random(seed)
+    text = "".join(rng.choice(["Alpha beta. ", "gamma,", "\n\n", " δέλτα ", "~~~~\n", "x" * 30, "中文。"]) for _ in range(900))
+    text += rng.choice(["", " ", "end", "。"])
+    count = span_counter(cl100k, text)
+    assert hasattr(count, "many")
+    word_ends = list(count.word_ends)
+    cuts = rng.sample(word_ends, 150) + [w + rng.choice([-1, 1]) for w in rng.sample(word_ends, 150)]
+    cuts += [rng.randrange(len(text)) for _ in range(100)] + [word_ends[0]] * 2
+    bounds = sorted(c for c in cuts if 0 <= c <= len(text)) + [len(text)]
+    starts, ends = [0, *bounds[:-1]], bounds
+    assert count.many(starts, ends) == [len(cl100k.encode(text[s:e])) for s, e in zip(starts, ends)]
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     pieces=st.lists(st.sampled_from(["The", " a", ". ", ".\n\n", "\x00", "\xfe", "\xff", "ÿx", "é ", "naïve", "Ωx", "中。",
