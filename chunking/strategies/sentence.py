@@ -252,7 +252,7 @@ class _Units:
         if self._breaks is None:
             starts, ends, pages = self.starts, self.ends, self.pages
             gaps = map(operator.ne, starts[1:], ends[:-1])
-            if len(set(pages)) > 1:
+            if pages and pages.count(pages[0]) != len(pages):  # more than one page
                 gaps = map(operator.or_, gaps, map(operator.ne, pages[1:], pages[:-1]))
             self._breaks = list(accumulate(gaps, initial=0))
         return hi - lo <= 1 or self._breaks[hi - 1] == self._breaks[lo]
@@ -399,6 +399,8 @@ class _Splitter:
             startswith = self.text.startswith
             for i in [i for i, flag in enumerate(known) if not flag]:
                 at_start[i] = startswith(texts[i], starts[i])
+        if all(at_start):  # (natively without overlap: every chunk) no text to count on its own
+            return count_spans(self.count_span, starts, list(map(operator.add, starts, map(len, texts)))), at_start
         verbatim = [i for i, flag in enumerate(at_start) if flag]
         counted = count_spans(self.count_span, [starts[i] for i in verbatim], [starts[i] + len(texts[i]) for i in verbatim])
         counts: list[int | None] = [None] * len(texts)
