@@ -1263,9 +1263,9 @@ class _Splitter:
         page_offsets: list[int] | None = None,
         verbatim_at_start: bool | None = None,
     ) -> dict:
-        """The values of the chunk of ``draft`` holding ``text`` (``Chunk.of`` validates them). ``figure`` is ``self.is_figure(draft)``;
-        ``verbatim_at_start``, when known, is ``doc.text.startswith(text, draft.start)`` (the
-        caller compared them already)."""
+        """The values of the chunk of ``draft`` holding ``text`` (``Chunk.of`` validates them).
+        ``figure`` is ``self.is_figure(draft)``; ``verbatim_at_start``, when known, is
+        ``doc.text.startswith(text, draft.start)`` (the caller compared them already)."""
         start, end = draft.start, draft.end
         overlap = draft.overlap
         if overlap:
@@ -1273,15 +1273,15 @@ class _Splitter:
         if start > end:
             start, end = end, start
         pages = doc.pages
-        if len(pages) == 1:  # every unit and offset is on that page
-            page_start = page_end = pages[0].page_num
+        if len(pages) == 1:  # every unit and offset is on that page, which owns the chunk
+            page_start = page_end = page_num = pages[0].page_num
         else:
             # The pages of the span, not of the units: a unit of only whitespace (a page's leading
             # spaces, a piece of an oversize span) packed at a chunk's end adds no text of its page.
             if page_offsets is None:
                 page_offsets = [page.char_offset for page in pages]
             page_start, page_end = doc.page_at(start, page_offsets), doc.page_at(max(end - 1, start), page_offsets)
-        page_num = pages[draft.home].page_num
+            page_num = pages[draft.home].page_num
         if not self.config.reference_mode and len(pages) > 1:
             # A piece of carried text re-packed or re-split after a carry-forward can hold none
             # of the later page that owns its draft: it is then owned by the last page its own
@@ -1324,6 +1324,8 @@ def _rstripped_end(text: str, start: int, end: int) -> int:
     """Where ``text[start:end].rstrip()`` ends in ``text`` (``start`` when it is blank)."""
     if start < end and not text[end - 1].isspace():
         return end
+    if start < end - 1 and not text[end - 2].isspace():
+        return end - 1  # one whitespace character (most sentences: the space or newline after them)
     raw = text[start:end]
     return end - (len(raw) - len(raw.rstrip()))
 
