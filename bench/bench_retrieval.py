@@ -53,7 +53,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chunking.model import Chunk  # noqa: E402
-from chunking.strategies import config_hash, get_strategy, strategy_names  # noqa: E402
+from chunking.strategies import DEFAULT_TOKENIZER_ENCODING, config_hash, get_strategy, strategy_names  # noqa: E402
 from orchestration.settings import load_settings  # noqa: E402
 from resources.embedding import EmbeddingModelResource  # noqa: E402
 from resources.store import VECTOR_COLUMNS, ChunkStore, insert_rows  # noqa: E402
@@ -212,8 +212,9 @@ class StoreCachedEmbedder:
 _CHUNKS_MEMO: dict[tuple[str, str, str], list] = {}  # (strategy, config hash, doc) -> chunks, within one run
 
 
-def stored_chunks(db: str, strategy: str, config) -> dict[str, list[Chunk]]:
-    """doc_id -> the chunks ``db`` holds for ``strategy``, when they were made with ``config``.
+def stored_chunks(db: str, strategy: str, version: str) -> dict[str, list[Chunk]]:
+    """doc_id -> the chunks ``db`` holds for ``strategy``, when they were made with the config and
+    tokenizer that ``version`` (``config_hash(config, encoding)``) names.
 
     For strategies whose chunking is the slow part (semantic embeds every sentence):
     the chunks ``chunkyard run`` stored are the strategy's output for the same config
@@ -230,8 +231,8 @@ def stored_chunks(db: str, strategy: str, config) -> dict[str, list[Chunk]]:
         con.close()
     out: dict[str, list[Chunk]] = {}
     for doc_id, text, start, end, tokens, p0, p1, heading, blocks, verbatim, metadata, cfg in rows:
-        if cfg != config_hash(config):
-            sys.exit(f"{db} holds {strategy} chunks of config {cfg}, not {config_hash(config)}: chunk them instead")
+        if cfg != version:
+            sys.exit(f"{db} holds {strategy} chunks of config {cfg}, not {version}: chunk them instead")
         out.setdefault(doc_id, []).append(Chunk(
             text=text, char_start=start, char_end=end, token_count=tokens, page_start=p0, page_end=p1,
             heading_path=list(heading), block_ids=list(blocks), verbatim=verbatim, metadata=json.loads(metadata or "{}"),
@@ -254,6 +255,8 @@ def chunk_and_embed(
     """Store ``cfg``'s chunks and vectors for every parsed document; returns cost figures."""
     spec = get_strategy(cfg.strategy)
     config = spec.parse_config({**(shipped.get(cfg.strategy, {}) if cfg.on_shipped else {}), **cfg.overrides})
+    # As the pipeline names them: the config and the encoding that cut and counted the chunks.
+    version = config_hash(config, getattr(tokenizer, "name", DEFAULT_TOKENIZER_ENCODING))
     embedder = embedding.get_embedder()
     chunk_embedder = StoreCachedEmbedder(embedder, store, embedding.model_id) if spec.needs_embedder else None
     with store.connect(read_only=True) as con:
@@ -261,11 +264,11 @@ def chunk_and_embed(
     chunk_s = embed_s = 0.0
     embedded = model_inputs = 0  # vectors made; texts (late chunking: windows) the model read
     if cfg.strategy in reuse and cfg.on_shipped and not cfg.overrides:
-        for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, config).items():
-            _CHUNKS_MEMO[(cfg.strategy, config_hash(config), doc_id)] = chunks
+        for doc_id, chunks in stored_chunks(reuse[cfg.strategy], cfg.strategy, version).items():
+            _CHUNKS_MEMO[(cfg.strategy, version, doc_id)] = chunks
     for doc_id in doc_ids:
         doc = store.load_parsed(doc_id)
-        memo_key = (cfg.strategy, config_hash(config), doc_id)
+        memo_key = (cfg.strategy, version, doc_id)
         if memo_key not in _CHUNKS_MEMO:  # "x" and "x+ctx" chunk once
             start = time.perf_counter()
             _CHUNKS_MEMO[memo_key] = spec.chunk(doc, config, tokenizer, chunk_embedder)
@@ -273,7 +276,7 @@ def chunk_and_embed(
         chunks = _CHUNKS_MEMO[memo_key]
         if cfg.outline_headings:
             chunks = with_outline_headings(store, doc_id, chunks)
-        store.replace_chunks(doc_id, cfg.name, chunks, config_hash=config_hash(config), doc_sha256=doc.sha256)
+        store.replace_chunks(doc_id, cfg.name, chunks, config_hash=version, doc_sha256=doc.sha256)
         rows = store.load_chunks(doc_id, cfg.name)
         if cfg.embed_context():
             rows = with_context(store, doc_id, cfg.name, rows, cfg.embed_context(), embedder)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from chunking.errors import InvalidDocumentError, UnknownStrategyError
 from chunking.model import Block, Chunk, Page, ParsedDocument
 from chunking.tokenizers import Tokenizer
 
-__all__ = ["Block", "Chunk", "Page", "ParsedDocument", "chunk_document", "chunk_text", "default_tokenizer"]
+__all__ = ["Block", "Chunk", "InvalidDocumentError", "Page", "ParsedDocument", "UnknownStrategyError",
+           "chunk_document", "chunk_text", "default_tokenizer"]
 
 
 @lru_cache(maxsize=4)
@@ -46,7 +48,6 @@ def chunk_document(
     (``TypeError``: a string such as ``"cl100k_base"`` has an ``encode`` of its own, and every
     count came back 0). All but the last are ``ValueError``.
     """
-    from chunking.errors import InvalidDocumentError
     from chunking.strategies import get_strategy
 
     spec = get_strategy(strategy)

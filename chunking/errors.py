@@ -30,6 +30,9 @@ class InvalidDocumentError(ValueError):
         self.problems = problems
         super().__init__(f"document {doc_id!r} cannot be chunked: {'; '.join(problems)}")
 
+    def __reduce__(self):  # noqa: ANN204 - pickling (a worker process sends it to its parent)
+        return (InvalidDocumentError, (self.doc_id, self.problems))
+
 
 class UnknownStrategyError(KeyError, ValueError):
     """A strategy name that is not registered. A ``KeyError`` as before, and a ``ValueError`` like

@@ -24,6 +24,7 @@ anything; otherwise it claims them, as a run would.
 """
 
 
+import hashlib
 import json
 
 from dagster import (
@@ -174,12 +175,14 @@ def documents_sensor(
         for doc_id, sha in sorted(changes.to_process.items())
         if seen_sha.get(doc_id) != sha or doc_id in again
     ]
-    if deleted:
-        # Nothing else would: the statistics are refreshed after embeddings, and a deletion makes none.
-        run_requests.append(RunRequest(run_key=f"{STATS.to_user_string()}#{serial}", asset_selection=[STATS]))
-    asked_again = {d: entry for d, entry in asked_again.items() if d in changes.to_process}
     if run_requests or deleted:
         context.log.info(f"{len(run_requests)} new or changed, {len(deleted)} deleted document(s)")
+    if deleted:
+        # Nothing else would: the statistics are refreshed after embeddings, and a deletion makes none.
+        # The key names what was deleted too: a cursor reset numbers ticks from 0 again.
+        digest = hashlib.sha256("\n".join(sorted(deleted)).encode("utf-8")).hexdigest()[:12]
+        run_requests.append(RunRequest(run_key=f"{STATS.to_user_string()}:{digest}#{serial}", asset_selection=[STATS]))
+    asked_again = {d: entry for d, entry in asked_again.items() if d in changes.to_process}
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partition_requests,

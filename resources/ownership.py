@@ -16,6 +16,10 @@ A claim whose database file is gone is taken over (its owner was deleted); the s
 under another path (a symlink, a moved project) is the same owner. In lake mode the owner
 is the lake, named by its data path (``lake_owner``), so two lakes, or a lake and a database
 file, are told apart the same way; a lake whose local data folder is gone is taken over.
+
+The instance's claim is a file in ``$DAGSTER_HOME``: on a cluster whose hosts each have their
+own ``DAGSTER_HOME`` over one shared Dagster database, it guards each host's folder, not the
+shared database (README "One folder per database").
 """
 
 from __future__ import annotations
@@ -130,7 +134,12 @@ def lake_owner(lake: "LakeConfig") -> str:
     socket on one, ``host=db`` on another), and each named it otherwise, so a lake refused itself
     (seen in tests/deploy). The data path is where the lake's files are, the same for every host
     (object storage), and two lakes never share one."""
-    data = lake.data_path if "://" in lake.data_path else str(Path(lake.data_path).resolve())
+    if "://" in lake.data_path:
+        # One bucket and prefix however it is written: s3://b/lake, S3://b/lake and s3://b/lake/.
+        scheme, rest = lake.data_path.split("://", 1)
+        data = f"{scheme.lower()}://{rest.rstrip('/')}"
+    else:
+        data = str(Path(lake.data_path).resolve())
     return f"{LAKE_OWNER}\t{data}"
 
 
@@ -175,5 +184,10 @@ def _owner(marker: Path) -> Path | str | None:
 def _write_owner(marker: Path, database: Path | str) -> None:
     if _owner(marker) == database:
         return
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(marker, f"{database}\n")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(marker, f"{database}\n")
+    except OSError:
+        # A folder this process may not write (a read-only DAGSTER_HOME mount): nothing is claimed,
+        # and the check above still refused whatever another database had claimed there.
+        pass

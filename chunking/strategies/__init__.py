@@ -117,8 +117,9 @@ def config_field_names(spec: StrategySpec) -> list[str]:
 
 def lax_int(value: Any) -> int | None:
     """``value`` as the config's ``int`` field will take it (pydantic's lax mode: ``"200"``, ``200.0``,
-    a numpy integer), or None when the field will refuse it. For validators that derive a default
-    from a size before pydantic converts it: they must read a size the same whatever its type
+    a numpy integer), or None when the field will refuse it, and for a bool (which the field takes as
+    0 or 1: no default is derived from that). For validators that derive a default from a size
+    before pydantic converts it: they must read a size the same whatever its type
     (``numpy.int64(200)`` once kept the default overlap of 100, which 200 scaled to 50)."""
     if value is None or isinstance(value, bool):
         return None

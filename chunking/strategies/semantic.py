@@ -155,23 +155,25 @@ class SemanticConfig(TokenBudgetConfig):
     @field_validator("sentence_split_regex")
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
-        if value is not None and _compile_sentence_regex(value).match("") is not None:
-            # It matches everywhere: every character would be a sentence (words cut in two).
-            # (Matching nothing only after a character, as the default after "。", is a cut there.)
-            raise ValueError(f"sentence_split_regex {value!r} matches the empty string: every character "
-                             "would be a sentence; use a pattern that needs a character or a look-behind")
+        if value is not None and _cuts_inside_words(_compile_sentence_regex(value)):
+            raise ValueError(f"sentence_split_regex {value!r} matches the empty string between two letters or "
+                             "digits: words would be cut into sentences; match what separates sentences "
+                             "(whitespace after an ending, an ending itself)")
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> SemanticConfig:
         _check_amount(self.breakpoint_threshold_type, self.breakpoint_threshold_amount)
+        default_type = type(self).model_fields["breakpoint_threshold_type"].default
         if self.number_of_chunks is not None and (
-            self.breakpoint_threshold_amount is not None or "breakpoint_threshold_type" in self.model_fields_set
+            self.breakpoint_threshold_amount is not None or self.breakpoint_threshold_type != default_type
         ):
             # The threshold comes from the wanted count (as in the reference): the others would be
-            # ignored, and a config hash of their own would name the same chunks.
-            raise ValueError("number_of_chunks derives the threshold from a wanted chunk count: "
-                             "breakpoint_threshold_type / breakpoint_threshold_amount would be ignored; give one")
+            # ignored, and a config hash of their own would name the same chunks. (The default type
+            # is accepted: a config's own dump, which the chunk assets store, names it.)
+            raise ValueError("number_of_chunks derives the threshold from a wanted chunk count, so "
+                             "breakpoint_threshold_type / breakpoint_threshold_amount would be ignored: give "
+                             "number_of_chunks or a threshold, not both")
         if self.min_chunk_size is not None and self.min_chunk_size > self.chunk_token_size:
             raise ValueError(
                 f"min_chunk_size ({self.min_chunk_size}) must not exceed chunk_token_size ({self.chunk_token_size})"
@@ -390,6 +392,15 @@ def _trimmed(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         if e > s:
             out.append((s, e))
     return out
+
+
+def _cuts_inside_words(pattern: re.Pattern[str]) -> bool:
+    """Whether ``pattern`` matches the empty string where no sentence can end: in an empty text, or
+    between two letters or digits ("", "x*", "(?<=.)" cut every character; the reference's own
+    pattern matches nothing only after "。", a cut there)."""
+    if pattern.match("") is not None:
+        return True
+    return any(m.start() == m.end() == 1 for probe in ("ab", "日本", "12") for m in pattern.finditer(probe))
 
 
 def _compile_sentence_regex(value: str) -> re.Pattern[str]:

@@ -149,6 +149,14 @@ def test_the_entry_points_refuse_what_they_cannot_chunk_truly():
     with pytest.raises(InvalidDocumentError, match="lone surrogate at character 3"):
         chunk_text("abc\udcff def")
     assert chunk_document(paged, "recursive", tokenizer=CHAR, chunk_token_size=100)  # a sound one is chunked
+    # It crosses process boundaries intact (a worker process sends it to its parent).
+    import pickle
+
+    import chunking
+
+    again = pickle.loads(pickle.dumps(InvalidDocumentError("d", ["a", "b"])))
+    assert (again.doc_id, again.problems, str(again)) == ("d", ["a", "b"], "document 'd' cannot be chunked: a; b")
+    assert chunking.InvalidDocumentError is InvalidDocumentError and chunking.UnknownStrategyError is UnknownStrategyError
 
 
 def test_a_size_derives_the_same_defaults_whatever_its_type():
@@ -185,12 +193,15 @@ def test_settings_that_would_be_ignored_or_cut_words_are_refused():
     """Each was accepted, changed the config hash, and changed nothing (or cut every word)."""
     semantic, token = get_strategy("semantic"), get_strategy("token")
     for ignored in ({"breakpoint_threshold_type": "gradient"}, {"breakpoint_threshold_amount": 90.0}):
-        with pytest.raises(ValueError, match="number_of_chunks derives the threshold .* would be ignored"):
+        with pytest.raises(ValueError, match="number_of_chunks derives the threshold .* give number_of_chunks or"):
             semantic.parse_config({"number_of_chunks": 5, **ignored})
     assert semantic.parse_config({"number_of_chunks": 5}).number_of_chunks == 5
-    for everywhere in ("", "x*", r"\s*"):
-        with pytest.raises(ValueError, match="matches the empty string: every character would be a sentence"):
+    for everywhere in ("", "x*", r"\s*", "(?<=.)"):
+        with pytest.raises(ValueError, match="matches the empty string between two letters or digits"):
             semantic.parse_config({"sentence_split_regex": everywhere})
+    # The default type is what a config's own dump names: accepted, and the dump loads again.
+    counted = semantic.parse_config({"number_of_chunks": 5, "breakpoint_threshold_type": "percentile"})
+    assert semantic.parse_config(counted.model_dump(mode="json")) == counted
     # The reference's own pattern matches nothing after "。": a cut there, accepted.
     assert semantic.parse_config({"sentence_split_regex": r"(?<=[.?!])\s+|(?<=[。？！])"})
     with pytest.raises(ValueError, match="split_by_character_only needs split_by_character"):

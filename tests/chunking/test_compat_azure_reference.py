@@ -195,8 +195,8 @@ _WORDS = st.sampled_from(["alpha", "beta", "v1.2", "0.95", "Dr.", "end.", "why?"
 def _chunk_positions(text: str, chunks: list[str]) -> list[int]:
     """Where each chunk (whitespace-trimmed) lies in ``text``, walking forward from the start: right
     after the text the chunks before it cover (whitespace between them skipped), or else overlapping
-    the previous chunk and reaching past it (the reference's midpoint cut duplicates 10% each side,
-    by design). Fails on text lost, added, reordered or changed, and on text left after the last
+    the previous chunk by at most a fifth of their span and reaching past it (the reference's
+    midpoint cut duplicates 10% each side, by design). Fails on text lost, added, reordered or changed, and on text left after the last
     chunk that is not whitespace (the reference drops a whitespace-only last section)."""
     positions: list[int] = []
     end = 0  # the covered text is text[:end]
@@ -205,7 +205,9 @@ def _chunk_positions(text: str, chunks: list[str]) -> list[int]:
         at = end + len(text[end:]) - len(text[end:].lstrip())  # past the whitespace
         if not text.startswith(core, at):
             previous = positions[-1] if positions else -1
-            overlapping = [p for p in range(previous + 1, end) if text.startswith(core, p) and p + len(core) > end]
+            # At most 10% each side of the midpoint: a fifth of the two chunks' span, rounded up.
+            overlapping = [p for p in range(previous + 1, end) if text.startswith(core, p) and p + len(core) > end
+                           and end - p <= -(-(p + len(core) - previous) // 5)]
             assert overlapping, (chunk, text, chunks)
             at = overlapping[-1]
         positions.append(at)
@@ -225,6 +227,7 @@ def test_chunk_positions_refuse_lost_added_and_reordered_text():
         ["v1.2 alpha", "(y) v1.2"],  # the second "alpha" lost
         ["v1.2 alpha alpha"],  # the end lost
         ["v1.2 alpha alpha (y) v1.2", "v1.2"],  # repeated, not overlapping past the end
+        ["v1.2 alpha alpha (y)", ".2 alpha alpha (y) v1.2"],  # overlapping far more than the midpoint cut does
     ):
         with pytest.raises(AssertionError):
             _chunk_positions(text, wrong)

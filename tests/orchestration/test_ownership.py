@@ -110,6 +110,9 @@ def test_a_lake_claims_its_instance_and_folders_as_a_database_does(tmp_path, ins
     remote = StoreResource(**{**lake_store(tmp_path / "s3").model_dump(), "data_path": "s3://bucket/lake"})
     claim_for_store(DagsterInstance.ephemeral(), remote)
     assert claimed_by(tmp_path / "s3" / "local" / OUTPUTS_MARKER) == "ducklake\ts3://bucket/lake"
+    for spelled in ("s3://bucket/lake/", "S3://bucket/lake"):  # the same bucket and prefix
+        same = StoreResource(**{**remote.model_dump(), "data_path": spelled})
+        assert store_conflict(DagsterInstance.ephemeral(), same) is None
 
     # Its data folder deleted, the first lake is gone: its claim is taken over.
     (tmp_path / "one" / "files").rmdir()

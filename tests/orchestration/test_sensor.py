@@ -328,6 +328,8 @@ def test_a_deletion_refreshes_the_statistics_without_the_deleted_document(instan
         second = project.defs.resolve_sensor_def("documents_sensor").evaluate_tick(context)
     [request] = second.run_requests
     assert request.asset_selection == [AssetKey("strategy_stats")] and request.partition_key is None
+    # Keyed by what was deleted too: after a cursor reset the tick numbers start again.
+    assert request.run_key.startswith("strategy_stats:") and request.run_key.endswith("#2")  # the second asking tick
     # Run as the daemon runs a request of this sensor: its target's job, the request's selection.
     job = project.defs.get_repository_def().get_job("__anonymous_asset_job_documents_sensor")
     assert job.execute_in_process(instance=instance, asset_selection=request.asset_selection).success
