@@ -17,9 +17,10 @@ under another path (a symlink, a moved project) is the same owner. In lake mode 
 is the lake, named by its data path (``lake_owner``), so two lakes, or a lake and a database
 file, are told apart the same way; a lake whose local data folder is gone is taken over.
 
-The instance's claim is a file in ``$DAGSTER_HOME``: on a cluster whose hosts each have their
-own ``DAGSTER_HOME`` over one shared Dagster database, it guards each host's folder, not the
-shared database (README "One folder per database").
+The instance's claim is a file in ``$DAGSTER_HOME``, and a lake's is also kept in the instance's
+own storage: the hosts of a cluster each have their own ``DAGSTER_HOME`` over one shared Dagster
+database, where the runs and partitions two lakes would share live (README "One folder per
+database").
 """
 
 from __future__ import annotations
@@ -92,15 +93,57 @@ def claim_instance_and_outputs(dagster_home: Path | None, db_path: Path | str, o
 
 
 def store_conflict(instance: "DagsterInstance", store: "StoreResource") -> str | None:
-    """:func:`ownership_conflict` of ``store`` on ``instance`` (a sensor's or schedule's tick)."""
-    return ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()),
-                              store.lake_config())
+    """:func:`ownership_conflict` of ``store`` on ``instance`` (a sensor's or schedule's tick); for a lake,
+    also the claim kept in the instance's own storage (:func:`_stored_conflict`)."""
+    lake = store.lake_config()
+    conflict = ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()), lake)
+    return conflict or (_stored_conflict(instance, lake_owner(lake)) if lake is not None else None)
 
 
 def claim_for_store(instance: "DagsterInstance", store: "StoreResource") -> None:
-    """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource)."""
-    claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()),
-                               store.lake_config())
+    """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource); a lake also
+    claims the instance in its own storage, which every host of a cluster shares."""
+    lake = store.lake_config()
+    if lake is not None and (conflict := _stored_conflict(instance, lake_owner(lake))):
+        raise SourceRootConflict(conflict)
+    claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()), lake)
+    if lake is not None:
+        _store_owner(instance, lake_owner(lake))
+
+
+# A lake's claim on an instance is also kept in the instance's key-value storage (Dagster's ``kvs``
+# table): the hosts of a cluster each have their own $DAGSTER_HOME, so the file there guards one
+# host's folder, while the runs and partitions two lakes would share live in that storage.
+INSTANCE_KEY = "chunkyard/database"
+
+
+def _stored_owner(instance: "DagsterInstance") -> Path | str | None:
+    if instance.is_ephemeral:
+        return None
+    try:
+        value = instance.run_storage.get_cursor_values({INSTANCE_KEY}).get(INSTANCE_KEY)
+    except Exception:  # noqa: BLE001 - a storage without a key-value table: the file claims stand alone
+        return None
+    return _parse_owner(value or "")
+
+
+def _stored_conflict(instance: "DagsterInstance", owner: Path | str) -> str | None:
+    stored = _stored_owner(instance)
+    if not _another(stored, owner):
+        return None
+    return (f"the Dagster instance's storage, which all its hosts share, keeps the runs and document partitions of "
+            f"{_shown(stored)}; it will not take {_shown(owner)} too (same-named documents would share a partition). "
+            f"Give this lake its own Dagster database (or, if that lake is gone for good, delete the row with key "
+            f"'{INSTANCE_KEY}' from the kvs table of the instance's database)")
+
+
+def _store_owner(instance: "DagsterInstance", owner: Path | str) -> None:
+    if instance.is_ephemeral or _stored_owner(instance) == owner:
+        return
+    try:
+        instance.run_storage.set_cursor_values({INSTANCE_KEY: str(owner)})
+    except Exception:  # noqa: BLE001 - as for a marker that cannot be written: nothing claimed
+        pass
 
 
 def _home(instance: "DagsterInstance") -> Path | None:
@@ -173,9 +216,15 @@ def _another(owner: Path | str | None, database: Path | str) -> bool:
 
 def _owner(marker: Path) -> Path | str | None:
     try:
-        text = marker.read_text(encoding="utf-8").strip()
+        text = marker.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):  # none yet (or not a readable marker: written over below)
         return None
+    return _parse_owner(text)
+
+
+def _parse_owner(text: str) -> Path | str | None:
+    """A claim's owner from what names it: a lake's name, or a database file's path."""
+    text = text.strip()
     if text.startswith(f"{LAKE_OWNER}\t"):
         return text
     return Path(text) if text else None

@@ -157,3 +157,31 @@ def test_the_nightly_schedule_skips_an_instance_another_database_claimed(setting
         tick = schedule.evaluate_tick(context)
         assert not tick.run_requests
         assert f"keeps the runs and document partitions of {other_database}" in tick.skip_message
+
+
+def test_a_lakes_claim_on_the_instance_holds_across_hosts(tmp_path, instance):
+    """The hosts of a cluster each have their own $DAGSTER_HOME over one Dagster database: a lake's claim
+    is also kept in that database (its key-value storage), so another lake is refused from any host."""
+    from resources.ownership import INSTANCE_KEY
+
+    home = Path(instance.root_directory)
+    first = lake_store(tmp_path / "one")
+    (tmp_path / "one" / "files").mkdir(parents=True)
+    claim_for_store(instance, first)
+    owner = f"ducklake\t{(tmp_path / 'one' / 'files').resolve()}"
+    assert instance.run_storage.get_cursor_values({INSTANCE_KEY}) == {INSTANCE_KEY: owner}
+    (home / INSTANCE_MARKER).unlink()  # another host: a DAGSTER_HOME of its own, no marker file in it
+
+    second = lake_store(tmp_path / "two")
+    message = store_conflict(instance, second)
+    assert message.startswith("the Dagster instance's storage, which all its hosts share, keeps the runs and "
+                              f"document partitions of the lake with data at {(tmp_path / 'one' / 'files').resolve()}")
+    with pytest.raises(SourceRootConflict, match="its own Dagster database"):
+        claim_for_store(instance, second)
+    assert not (home / INSTANCE_MARKER).exists(), "a refused claim writes no marker"
+    claim_for_store(instance, first)  # the lake itself, from any host: fine
+    # Gone for good (its data folder deleted): taken over, in the storage too.
+    (tmp_path / "one" / "files").rmdir()
+    claim_for_store(instance, second)
+    assert instance.run_storage.get_cursor_values({INSTANCE_KEY}) == {
+        INSTANCE_KEY: f"ducklake\t{(tmp_path / 'two' / 'files').resolve()}"}
