@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
 INSTANCE_MARKER = "chunkyard-database"
 OUTPUTS_MARKER = ".chunkyard-database"
-# A marker naming a lake: this, its catalog and its data path, tab-separated (a database file's
-# marker holds its absolute path, which never starts so).
+# A marker naming a lake: this and its data path, tab-separated (a database file's marker holds
+# its absolute path, which never starts so).
 LAKE_OWNER = "ducklake"
 
 
@@ -97,18 +97,20 @@ def store_conflict(instance: "DagsterInstance", store: "StoreResource") -> str |
     also the claim kept in the instance's own storage (:func:`_stored_conflict`)."""
     lake = store.lake_config()
     conflict = ownership_conflict(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()), lake)
-    return conflict or (_stored_conflict(instance, lake_owner(lake)) if lake is not None else None)
+    return conflict or (_stored_conflict(_stored_owner(instance), lake_owner(lake)) if lake is not None else None)
 
 
 def claim_for_store(instance: "DagsterInstance", store: "StoreResource") -> None:
     """:func:`claim_instance_and_outputs` of ``store`` on ``instance`` (a run's store resource); a lake also
     claims the instance in its own storage, which every host of a cluster shares."""
     lake = store.lake_config()
-    if lake is not None and (conflict := _stored_conflict(instance, lake_owner(lake))):
+    owner = lake_owner(lake) if lake is not None else None
+    stored = _stored_owner(instance) if owner is not None else None  # read once: checked, then replaced
+    if owner is not None and (conflict := _stored_conflict(stored, owner)):
         raise SourceRootConflict(conflict)
     claim_instance_and_outputs(_home(instance), store.path, side_output_dirs(store.path, store.sidecar_path()), lake)
-    if lake is not None:
-        _store_owner(instance, lake_owner(lake))
+    if owner is not None and stored != owner:
+        _store_owner(instance, owner)
 
 
 # A lake's claim on an instance is also kept in the instance's key-value storage (Dagster's ``kvs``
@@ -127,8 +129,8 @@ def _stored_owner(instance: "DagsterInstance") -> Path | str | None:
     return _parse_owner(value or "")
 
 
-def _stored_conflict(instance: "DagsterInstance", owner: Path | str) -> str | None:
-    stored = _stored_owner(instance)
+def _stored_conflict(stored: Path | str | None, owner: Path | str) -> str | None:
+    """Why ``owner`` may not take an instance whose storage names ``stored`` (:func:`_stored_owner`)."""
     if not _another(stored, owner):
         return None
     return (f"the Dagster instance's storage, which all its hosts share, keeps the runs and document partitions of "
@@ -138,7 +140,7 @@ def _stored_conflict(instance: "DagsterInstance", owner: Path | str) -> str | No
 
 
 def _store_owner(instance: "DagsterInstance", owner: Path | str) -> None:
-    if instance.is_ephemeral or _stored_owner(instance) == owner:
+    if instance.is_ephemeral:
         return
     try:
         instance.run_storage.set_cursor_values({INSTANCE_KEY: str(owner)})
@@ -186,19 +188,25 @@ def lake_owner(lake: "LakeConfig") -> str:
     return f"{LAKE_OWNER}\t{data}"
 
 
+def _lake_data(owner: Path | str) -> str | None:
+    """The data path a lake's name (:func:`lake_owner`) holds; None for a database file's path."""
+    if isinstance(owner, str) and owner.startswith(f"{LAKE_OWNER}\t"):
+        return owner.split("\t", 1)[1]
+    return None
+
+
 def _shown(owner: Path | str) -> str:
     """An owner for a message: a database's path, or ``the lake with data at <data path>``."""
-    if isinstance(owner, str) and owner.startswith(f"{LAKE_OWNER}\t"):
-        return f"the lake with data at {owner.split(chr(9), 1)[1]}"
-    return str(owner)
+    data = _lake_data(owner)
+    return str(owner) if data is None else f"the lake with data at {data}"
 
 
 def _exists(owner: Path | str) -> bool:
     """Whether a claim's owner is still there: its database file, or a lake's local data folder (one
     in object storage is taken to be: nothing here can tell)."""
-    if isinstance(owner, Path):
-        return owner.exists()
-    data = owner.split("\t", 1)[1] if "\t" in owner else ""
+    data = _lake_data(owner)
+    if data is None:
+        return Path(owner).exists()
     return "://" in data or Path(data).exists()
 
 
@@ -225,7 +233,7 @@ def _owner(marker: Path) -> Path | str | None:
 def _parse_owner(text: str) -> Path | str | None:
     """A claim's owner from what names it: a lake's name, or a database file's path."""
     text = text.strip()
-    if text.startswith(f"{LAKE_OWNER}\t"):
+    if _lake_data(text) is not None:
         return text
     return Path(text) if text else None
 

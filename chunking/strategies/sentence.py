@@ -1263,7 +1263,7 @@ class _Splitter:
         page_offsets: list[int] | None = None,
         verbatim_at_start: bool | None = None,
     ) -> dict:
-        """The values of the chunk of ``draft`` holding ``text`` (``Chunk.of`` validates them).
+        """The values of the chunk of ``draft`` holding ``text`` (``Chunk.many`` validates them).
         ``figure`` is ``self.is_figure(draft)``; ``verbatim_at_start``, when known, is
         ``doc.text.startswith(text, draft.start)`` (the caller compared them already)."""
         start, end = draft.start, draft.end
